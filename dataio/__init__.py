@@ -1,0 +1,110 @@
+"""dataio: load, decode, transform and batch data for machine learning, on Arrow.
+
+Build a plan with :func:`pipeline`, :func:`slot` and :func:`batch`, bind records and
+run it::
+
+    pipe = dataio.pipeline(
+        dataio.slot("image").decode_image(mode="rgb").resize_short(256)
+            .center_crop(h=224, w=224).normalize("imagenet"),
+        dataio.batch(64),
+    )
+    with pipe.bind(records).run("torch") as loader:
+        for batch in loader:
+            ...
+
+Importing dataio loads neither torch, Pillow nor DataFusion; they load on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from dataio import decoders, transforms
+from dataio.batch import Batch
+from dataio.exceptions import (
+    BatchFailedError,
+    DataioError,
+    DecodeError,
+    FieldError,
+    NotFoundError,
+    PlanError,
+    ShapeMismatchError,
+    TransformError,
+)
+from dataio.pipeline import BoundPipeline, Pipeline, Slot, batch, map, pipeline, slot
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from dataio.loader import Loader
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Batch",
+    "BatchFailedError",
+    "BoundPipeline",
+    "DataioError",
+    "DecodeError",
+    "FieldError",
+    "Loader",
+    "NotFoundError",
+    "Pipeline",
+    "PlanError",
+    "ShapeMismatchError",
+    "Slot",
+    "TransformError",
+    "__version__",
+    "batch",
+    "capabilities",
+    "decoders",
+    "map",
+    "pipeline",
+    "read_image",
+    "slot",
+    "sql_context",
+    "transforms",
+]
+
+
+def read_image(uri: str, *, mode: str = "rgb") -> np.ndarray:
+    """Read and decode one image into a ``uint8`` ``(height, width, channels)`` array.
+
+    Example:
+        >>> dataio.read_image("cat.jpg", mode="rgb").shape  # doctest: +SKIP
+        (375, 500, 3)
+    """
+    from dataio.decoders import IMAGE_MODES
+    from dataio.io import read_bytes
+    from dataio.udfs.image import decode_image
+
+    if mode not in IMAGE_MODES:
+        raise PlanError(f"read_image mode must be one of {list(IMAGE_MODES)}, got {mode!r}")
+    return decode_image(read_bytes(uri), mode)
+
+
+def sql_context() -> Any:
+    """A DataFusion ``SessionContext`` where dataio's kernels are SQL functions.
+
+    Example:
+        >>> ctx = dataio.sql_context()  # doctest: +SKIP
+        >>> ctx.sql("SELECT decode_image(bytes, 'rgb') FROM images")  # doctest: +SKIP
+    """
+    from dataio.engine.sql import sql_context as make
+
+    return make()
+
+
+def capabilities() -> dict[str, Any]:
+    """Report versions, worker counts and optional accelerators, discovering them lazily."""
+    from dataio._capabilities import report
+
+    return report()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Loader":
+        from dataio.loader import Loader
+
+        return Loader
+    raise AttributeError(f"module 'dataio' has no attribute {name!r}")

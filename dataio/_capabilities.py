@@ -1,0 +1,109 @@
+"""The capability report behind ``python -m dataio``: what this host offers, and why not."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import importlib.metadata
+import os
+import platform
+from typing import Any
+
+__all__ = ["format_report", "report"]
+
+_PACKAGES = ("numpy", "pyarrow", "datafusion", "pillow", "simplejpeg", "obstore", "torch")
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _library(names: tuple[str, ...]) -> dict[str, Any]:
+    """Try to load a shared library by soname; report the one found or why none was."""
+    errors = []
+    for name in names:
+        candidates = [name]
+        found = ctypes.util.find_library(name.removeprefix("lib").split(".so")[0])
+        if found:
+            candidates.append(found)
+        for candidate in candidates:
+            try:
+                ctypes.CDLL(candidate)
+            except OSError as exc:
+                errors.append(str(exc))
+                continue
+            return {"found": True, "library": candidate}
+    return {"found": False, "why": f"no {' / '.join(names)} on the loader path ({errors[0]})"}
+
+
+def _cuda() -> dict[str, Any]:
+    info = _library(("libcuda.so.1",))
+    if not info["found"]:
+        info["why"] = "no NVIDIA driver (libcuda.so.1 not found)"
+        return info
+    cuda = ctypes.CDLL(info["library"])
+    count = ctypes.c_int(0)
+    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return {"found": False, "why": "the driver loaded but cuInit failed (no usable GPU)"}
+    return {"found": count.value > 0, "devices": count.value, "library": info["library"]}
+
+
+def _decoders() -> dict[str, Any]:
+    decoders: dict[str, Any] = {}
+    if _version("simplejpeg"):
+        decoders["jpeg"] = f"simplejpeg {_version('simplejpeg')} (DCT-scaled via Pillow draft)"
+    try:
+        from PIL import features
+
+        for fmt in ("jpg", "webp", "jpg_2000", "zlib", "libtiff"):
+            decoders[f"pillow:{fmt}"] = bool(features.check(fmt))
+    except ImportError as exc:
+        decoders["pillow"] = f"unavailable: {exc}"
+    return decoders
+
+
+def report() -> dict[str, Any]:
+    """Collect the capability report as a dict (loads optional libraries to probe them)."""
+    from dataio import __version__
+    from dataio.engine.pool import cpu_workers
+
+    return {
+        "dataio": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "packages": {name: _version(name) for name in _PACKAGES},
+        "cpu_workers": cpu_workers(),
+        "cpu_workers_source": "DATAIO_CPU_WORKERS"
+        if os.environ.get("DATAIO_CPU_WORKERS")
+        else "usable cores",
+        "decoders": _decoders(),
+        "cuda": _cuda(),
+        "nvjpeg": _library(("libnvjpeg.so.12", "libnvjpeg.so.13", "libnvjpeg.so")),
+        "gds": _library(("libcufile.so.0", "libcufile.so")),
+        "libfabric": _library(("libfabric.so.1",)),
+    }
+
+
+def format_report(info: dict[str, Any]) -> str:
+    """Render :func:`report` as aligned text lines."""
+    lines = [f"dataio {info['dataio']} on Python {info['python']} ({info['platform']})"]
+    lines.append("packages:")
+    for name, version in info["packages"].items():
+        lines.append(f"  {name:<12} {version or 'not installed'}")
+    lines.append(f"cpu workers:   {info['cpu_workers']} ({info['cpu_workers_source']})")
+    lines.append("decoders:")
+    for name, value in info["decoders"].items():
+        lines.append(f"  {name:<16} {value}")
+    for name in ("cuda", "nvjpeg", "gds", "libfabric"):
+        entry = info[name]
+        if entry["found"]:
+            detail = entry.get("library", "")
+            if "devices" in entry:
+                detail += f", {entry['devices']} device(s)"
+            lines.append(f"{name + ':':<14} found ({detail})")
+        else:
+            lines.append(f"{name + ':':<14} not found: {entry['why']}")
+    return "\n".join(lines)

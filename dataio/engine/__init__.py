@@ -1,0 +1,1 @@
+"""The engine: lowering plans to kernels, the executor, and (only here) DataFusion."""

@@ -1,0 +1,278 @@
+"""The executor: ordered, bounded, cancellable batch production on the shared CPU pool.
+
+Each batch is a :class:`BatchJob` with preallocated output buffers. Its records run as
+separate pool tasks (a record map, then every slot kernel writing into its row), so
+a batch spreads over all workers. At most ``prefetch`` jobs exist at once and at most
+``concurrency`` records are running or queued on the pool; nothing runs further ahead.
+Jobs are delivered in submit order (or as they complete); values never depend on
+timing because every random op draws from a generator seeded by
+``(seed, epoch, record index, slot number)``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import threading
+from collections import deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dataio.engine.lower import SlotKernel
+from dataio.engine.pool import cpu_pool
+from dataio.exceptions import DataioError, DecodeError, FieldError
+from dataio.io import read_bytes
+from dataio.pipeline import Map
+from dataio.udfs.image import run_chain
+
+__all__ = ["BatchJob", "Executor", "record_rng"]
+
+
+def record_rng(seed: int, epoch: int, index: int, slot_number: int) -> np.random.Generator:
+    """The generator a random op uses for one record of one slot."""
+    return np.random.default_rng([seed, epoch, index, slot_number])
+
+
+def record_key(record: Any) -> Any:
+    """A record's user-facing key: its ``key`` or ``__key__`` field, else ``None``."""
+    if isinstance(record, Mapping):
+        return record.get("key", record.get("__key__"))
+    return None
+
+
+@dataclass
+class BatchJob:
+    """One batch in flight: its records, preallocated buffers and per-row outcomes."""
+
+    start: int
+    records: list[Any]
+    kernels: tuple[SlotKernel, ...]
+    buffers: dict[str, np.ndarray] = field(default_factory=dict)
+    values: dict[str, list[Any]] = field(default_factory=dict)
+    sizes: dict[str, list[tuple[int, int] | None]] = field(default_factory=dict)
+    keys: list[Any] = field(default_factory=list)
+    errors: list[DataioError | None] = field(default_factory=list)
+    fatal: list[tuple[int, BaseException]] = field(default_factory=list)
+    remaining: int = 0
+    done: bool = False
+
+    def __post_init__(self) -> None:
+        n = len(self.records)
+        self.remaining = n
+        self.keys = [None] * n
+        self.errors = [None] * n
+        for kernel in self.kernels:
+            shape = kernel.row_shape
+            if shape is not None:
+                self.buffers[kernel.name] = np.empty((n, *shape), kernel.dtype)
+            else:
+                self.values[kernel.name] = [None] * n
+            if not kernel.passthrough:
+                self.sizes[kernel.name] = [None] * n
+
+    @property
+    def indices(self) -> range:
+        """Record indices (sequence numbers) of the job's rows."""
+        return range(self.start, self.start + len(self.records))
+
+    def nbytes(self) -> int:
+        """Bytes held by the preallocated buffers."""
+        return sum(b.nbytes for b in self.buffers.values())
+
+
+def _field_bytes(value: Any, kernel: SlotKernel) -> bytes | bytearray | memoryview:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return value
+    if isinstance(value, str | os.PathLike):
+        return read_bytes(value)
+    raise FieldError(
+        f"field {kernel.field!r} holds {type(value).__name__}; an image slot needs bytes or a path"
+    )
+
+
+class Executor:
+    """Produces finished :class:`BatchJob` objects from a record iterator.
+
+    Not thread-safe for consumers: one thread calls :meth:`next_job`. Pool threads
+    only run record tasks.
+    """
+
+    def __init__(
+        self,
+        records: Iterator[Any],
+        kernels: tuple[SlotKernel, ...],
+        record_maps: tuple[Map, ...],
+        *,
+        batch_size: int,
+        drop_last: bool,
+        prefetch: int,
+        concurrency: int,
+        ordered: bool,
+        seed: int,
+        epoch: int,
+    ) -> None:
+        self._records = records
+        self._kernels = kernels
+        self._maps = tuple(m.fn for m in record_maps)
+        self._batch_size = batch_size
+        self._drop_last = drop_last
+        self._prefetch = prefetch
+        self._limit = concurrency
+        self._ordered = ordered
+        self._seed, self._epoch = seed, epoch
+        self._next_index = 0
+        self._exhausted = False
+        self._closed = False
+        self._jobs: deque[BatchJob] = deque()
+        self._queue: deque[tuple[BatchJob, int]] = deque()
+        self._running: set[concurrent.futures.Future[None]] = set()
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+
+    # -- consumer side -------------------------------------------------------------
+
+    def next_job(self) -> BatchJob | None:
+        """Return the next finished job, or ``None`` when the source is exhausted."""
+        if self._closed:
+            raise DataioError("the loader is closed; start a new run() to iterate again")
+        self._fill()
+        with self._cond:
+            while self._jobs:
+                job = self._ready_job()
+                if job is not None:
+                    self._jobs.remove(job)
+                    break
+                self._cond.wait()
+            else:
+                return None
+        self._fill()
+        return job
+
+    def _ready_job(self) -> BatchJob | None:
+        if self._ordered:
+            return self._jobs[0] if self._jobs[0].done else None
+        return next((job for job in self._jobs if job.done), None)
+
+    def _fill(self) -> None:
+        while not self._exhausted and len(self._jobs) < self._prefetch:
+            chunk = self._take(self._batch_size)
+            if not chunk or (self._drop_last and len(chunk) < self._batch_size):
+                self._exhausted = True
+                break
+            job = BatchJob(self._next_index, chunk, self._kernels)
+            self._next_index += len(chunk)
+            with self._lock:
+                self._jobs.append(job)
+                self._queue.extend((job, row) for row in range(len(chunk)))
+            self._admit()
+
+    def _take(self, n: int) -> list[Any]:
+        chunk = []
+        for record in self._records:
+            chunk.append(record)
+            if len(chunk) == n:
+                break
+        else:
+            self._exhausted = True
+        return chunk
+
+    def close(self, *, wait: bool = True) -> None:
+        """Cancel queued work, wait for running tasks (unless ``wait=False``), drop buffers."""
+        with self._lock:
+            self._closed = True
+            self._queue.clear()
+            running = list(self._running)
+            self._jobs.clear()
+        for future in running:
+            future.cancel()
+        if wait:
+            concurrent.futures.wait(running)
+
+    @property
+    def running_tasks(self) -> int:
+        """Record tasks submitted to the pool and not yet finished."""
+        with self._lock:
+            return len(self._running)
+
+    # -- pool side -----------------------------------------------------------------
+
+    def _admit(self) -> None:
+        with self._lock:
+            while self._queue and len(self._running) < self._limit and not self._closed:
+                job, row = self._queue.popleft()
+                future = cpu_pool().submit(self._run_record, job, row)
+                self._running.add(future)
+                future.add_done_callback(self._finished)
+
+    def _finished(self, future: concurrent.futures.Future[None]) -> None:
+        with self._lock:
+            self._running.discard(future)
+        self._admit()
+
+    def _run_record(self, job: BatchJob, row: int) -> None:
+        try:
+            self._process(job, row)
+        finally:
+            with self._cond:
+                job.remaining -= 1
+                if job.remaining == 0:
+                    job.done = True
+                    self._cond.notify_all()
+
+    def _process(self, job: BatchJob, row: int) -> None:
+        index = job.start + row
+        record = job.records[row]
+        try:
+            for fn in self._maps:
+                record = fn(record)
+        except BaseException as exc:
+            job.fatal.append((row, exc))
+            return
+        key = record_key(record)
+        job.keys[row] = key
+        if not isinstance(record, Mapping):
+            job.errors[row] = FieldError(
+                f"a record must be a mapping of fields, got {type(record).__name__}"
+            ).with_row(index=index, key=None, slot=None)
+            return
+        for number, kernel in enumerate(self._kernels):
+            try:
+                self._run_slot(job, row, index, number, kernel, record)
+            except DataioError as exc:
+                job.errors[row] = exc.with_row(index=index, key=key, slot=kernel.name)
+                return
+            except Exception as exc:  # a kernel library failed in a way it does not document
+                error = DecodeError(f"{type(exc).__name__}: {exc}")
+                error.__cause__ = exc
+                job.errors[row] = error.with_row(index=index, key=key, slot=kernel.name)
+                return
+
+    def _run_slot(
+        self,
+        job: BatchJob,
+        row: int,
+        index: int,
+        number: int,
+        kernel: SlotKernel,
+        record: Mapping[str, Any],
+    ) -> None:
+        if kernel.field not in record:
+            raise FieldError(
+                f"field {kernel.field!r} is not in the record; available fields: {sorted(record)}"
+            )
+        value = record[kernel.field]
+        if kernel.image is None:
+            job.values[kernel.name][row] = value
+            return
+        spec = kernel.image
+        rng = record_rng(self._seed, self._epoch, index, number) if spec.random else None
+        buffer = job.buffers.get(kernel.name)
+        out, source_hw = run_chain(
+            _field_bytes(value, kernel), spec, rng, None if buffer is None else buffer[row]
+        )
+        if buffer is None:
+            job.values[kernel.name][row] = out
+        job.sizes[kernel.name][row] = source_hw

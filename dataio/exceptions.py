@@ -1,0 +1,84 @@
+"""The dataio error hierarchy: one root, subclasses that are also the built-ins users catch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "BatchFailedError",
+    "DataioError",
+    "DecodeError",
+    "FieldError",
+    "NotFoundError",
+    "PlanError",
+    "ShapeMismatchError",
+    "TransformError",
+]
+
+
+class DataioError(Exception):
+    """Root of every error dataio raises on purpose.
+
+    Row-level errors carry where they happened: ``index`` (the record's sequence
+    number), ``key`` (the record's ``key`` field, when it has one) and ``slot``.
+    """
+
+    index: int | None = None
+    key: Any = None
+    slot: str | None = None
+
+    def with_row(self, *, index: int | None, key: Any, slot: str | None) -> DataioError:
+        """Attach the record position to this error and return it."""
+        self.index, self.key, self.slot = index, key, slot
+        return self
+
+    def where(self) -> str:
+        """Describe the record and slot this error belongs to, or ``""``."""
+        parts = []
+        if self.key is not None:
+            parts.append(f"key={self.key!r}")
+        if self.index is not None:
+            parts.append(f"index={self.index}")
+        if self.slot is not None:
+            parts.append(f"slot={self.slot!r}")
+        return f"record {' '.join(parts)}" if parts else ""
+
+    def __str__(self) -> str:
+        message = super().__str__()
+        where = self.where()
+        return f"{where}: {message}" if where else message
+
+
+class PlanError(DataioError, ValueError):
+    """A pipeline, slot chain or run option is malformed."""
+
+
+class DecodeError(DataioError, ValueError):
+    """Bytes could not be decoded: corrupt, truncated, empty or of an unknown format."""
+
+
+class TransformError(DataioError, ValueError):
+    """A transform cannot apply to this input (for example a crop larger than the image)."""
+
+
+class NotFoundError(DataioError, FileNotFoundError):
+    """A path or object does not exist."""
+
+
+class FieldError(DataioError, KeyError):
+    """A record lacks a field a slot reads, or a field holds a value of the wrong kind."""
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return DataioError.__str__(self)
+
+
+class ShapeMismatchError(DataioError, ValueError):
+    """Rows of one batch have shapes that cannot be stacked into one tensor."""
+
+
+class BatchFailedError(DataioError, RuntimeError):
+    """Too few rows of a batch survived under ``on_failure``; ``errors`` lists why."""
+
+    def __init__(self, message: str, errors: list[DataioError]) -> None:
+        super().__init__(message)
+        self.errors = errors
