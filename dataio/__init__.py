@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dataio import decoders, transforms
+from dataio import decoders, testing, transforms
 from dataio.batch import Batch
 from dataio.exceptions import (
     BatchFailedError,
@@ -63,6 +63,7 @@ __all__ = [
     "read_image",
     "slot",
     "sql_context",
+    "testing",
     "transforms",
 ]
 
