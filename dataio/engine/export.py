@@ -38,15 +38,18 @@ def to_arrow(batch: Batch) -> Any:
     arrays: list[Any] = []
     names: list[str] = []
     for name, column in batch.items():
+        if hasattr(column, "__dlpack__") and not isinstance(column, np.ndarray):
+            column = np.from_dlpack(column)  # a CPU torch tensor: same memory
         if isinstance(column, np.ndarray):
             arrays.append(pa.FixedShapeTensorArray.from_numpy_ndarray(column))
         else:
             try:
                 arrays.append(pa.array(column))
             except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+                kinds = sorted({type(v).__name__ for v in column})
                 raise DataioError(
-                    f"passthrough slot {name!r} holds values Arrow cannot represent ({exc}); "
-                    "use run('numpy') or map them to plain types first"
+                    f"passthrough slot {name!r} holds values Arrow cannot represent ({kinds}); "
+                    "map them to plain types (numbers, strings, bytes, lists, dicts) first"
                 ) from exc
         names.append(name)
     arrays.append(pa.array(batch.indices, pa.int64()))
