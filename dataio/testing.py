@@ -61,16 +61,25 @@ def make_jpegs(
     """
     from PIL import Image
 
+    from concurrent.futures import ThreadPoolExecutor
+
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    paths = []
+    jobs = []
     for i in range(count):
         width, height = (int(v) for v in rng.integers(min_side, max_side + 1, 2))
         path = root / f"{seed}-{i:05d}-{width}x{height}.jpg"
-        image_seed = int(rng.integers(1 << 31))
+        jobs.append((path, width, height, int(rng.integers(1 << 31))))
+
+    def write(job: tuple[Path, int, int, int]) -> Path:
+        path, width, height, image_seed = job
         if not path.exists():
             pixels = photo_like(width, height, np.random.default_rng(image_seed))
-            Image.fromarray(pixels).save(path, quality=quality)
-        paths.append(path)
-    return paths
+            partial = path.with_suffix(".tmp")
+            Image.fromarray(pixels).save(partial, format="JPEG", quality=quality)
+            partial.replace(path)
+        return path
+
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        return list(pool.map(write, jobs))
