@@ -1,0 +1,546 @@
+"""Image loading side by side: dataio vs a torch DataLoader vs the decode-only ceilings.
+
+Every contender makes one pass ("epoch") over the same photo-like JPEGs. Contenders
+alternate round by round, so a noisy neighbour slows all of them alike; the table gives
+the median images/s over the rounds. Run from the repository root::
+
+    .venv/bin/python benchmarks/image_pipeline.py [--images N] [--rounds R] [--quick]
+
+Contenders, all with the same worker count (the usable cores):
+
+* ``dataio float32``: decode, resize_short(256), center_crop(224), normalize("imagenet");
+* ``dataio uint8 CHW``: the same chain without normalize, delivered as uint8 CHW;
+* ``DataLoader``: torch's DataLoader with worker processes over a Pillow Dataset doing
+  what torchvision's Resize(256), CenterCrop(224), ToTensor, Normalize do (written
+  out by hand: torchvision is not installed here), persistent workers;
+* ``decode full``: simplejpeg full-size decode of each file on a thread pool, no transforms;
+* ``decode draft``: Pillow decode at the DCT scale dataio's kernel picks (draft(), gap 2).
+
+Nothing here asserts on timings; the targets are printed as met or not met.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import math
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from _common import BENCH_DATA, PeakRss, format_table, machine_lines, median, mib, usable_cores
+from PIL import Image
+
+import dataio
+from dataio.engine.lower import lower
+from dataio.testing import make_jpegs
+from dataio.udfs.image import DRAFT_GAP, ImageSpec, plan_geometry, run_chain, write_pixels
+
+BATCH = 64
+PREFETCH = 4
+RESIZE = 256
+CROP = 224
+# torchvision's documented ImageNet statistics, typed in independently of dataio's preset.
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+# name -> (min side, max side, seed); ImageNet's typical image is about 500x375.
+PROFILES = {"imagenet-like": (300, 640, 1), "photo": (800, 2400, 2)}
+TARGET_VS_DATALOADER = 2.5
+TARGET_VS_CEILING = 0.85
+VERIFY_IMAGES = 8
+STAGE_IMAGES = 48
+PACKAGES = ("numpy", "pillow", "simplejpeg", "torch", "psutil")
+RSS_NOTE = (
+    "peak RSS: sampled every 20 ms during a pass, max over rounds; the DataLoader's sums its "
+    "worker processes (shared pages count once per process). RSS growth: peak minus RSS at "
+    "the pass start. Ratios compare medians."
+)
+
+
+# -- data ------------------------------------------------------------------------------
+
+
+def dataset(profile: str, count: int) -> list[Path]:
+    """The first ``count`` JPEGs of a profile, generated once into ``.bench-data/``."""
+    low, high, seed = PROFILES[profile]
+    return make_jpegs(BENCH_DATA / profile, count, min_side=low, max_side=high, seed=seed)
+
+
+# -- dataio ----------------------------------------------------------------------------
+
+
+def dataio_pipeline(*, normalize: bool, batch: int = BATCH) -> dataio.Pipeline:
+    """The benchmarked chain: float32 normalized CHW, or uint8 CHW without normalize."""
+    chain = dataio.slot("image").decode_image(mode="rgb").resize_short(RESIZE)
+    chain = chain.center_crop(h=CROP, w=CROP)
+    chain = chain.normalize("imagenet") if normalize else chain.output(layout="CHW")
+    return dataio.pipeline(chain, dataio.batch(batch, prefetch=PREFETCH))
+
+
+def image_spec(*, normalize: bool) -> ImageSpec:
+    """The lowered kernel spec dataio runs for the benchmarked chain."""
+    spec = lower(dataio_pipeline(normalize=normalize))[0].image
+    assert spec is not None
+    return spec
+
+
+def describe_tensor(tensor: Any) -> str:
+    """``dtype (shape)`` of a batch tensor, dtype without the ``torch.`` prefix."""
+    return f"{str(tensor.dtype).removeprefix('torch.')} {tuple(tensor.shape)}"
+
+
+def run_dataio(paths: Sequence[Path], *, normalize: bool) -> tuple[int, str]:
+    """One pass of the dataio pipeline with torch output; returns (images, output)."""
+    records = [{"image": str(p)} for p in paths]
+    count, output = 0, ""
+    with dataio_pipeline(normalize=normalize).bind(records).run("torch") as loader:
+        for batch in loader:
+            images = batch["image"]
+            count += images.shape[0]
+            output = output or describe_tensor(images)
+    return count, output
+
+
+# -- the DataLoader reference ----------------------------------------------------------
+
+
+def resize_short(image: Image.Image, size: int) -> Image.Image:
+    """torchvision ``Resize(size)`` on a PIL image: short side to ``size``, long truncated."""
+    width, height = image.size
+    short, long = (width, height) if width <= height else (height, width)
+    new_short, new_long = size, int(size * long / short)
+    new_size = (new_short, new_long) if width <= height else (new_long, new_short)
+    return image.resize(new_size, Image.Resampling.BILINEAR)
+
+
+def center_crop(image: Image.Image, size: int) -> Image.Image:
+    """torchvision ``CenterCrop(size)`` on a PIL image."""
+    width, height = image.size
+    top = round((height - size) / 2.0)
+    left = round((width - size) / 2.0)
+    return image.crop((left, top, left + size, top + size))
+
+
+def to_tensor(image: Image.Image) -> torch.Tensor:
+    """torchvision ``ToTensor`` for an RGB PIL image: float32 CHW in [0, 1]."""
+    pixels = torch.from_numpy(np.array(image, np.uint8, copy=True))
+    pixels = pixels.view(image.size[1], image.size[0], 3).permute(2, 0, 1).contiguous()
+    return pixels.to(dtype=torch.float32).div(255)
+
+
+def normalize(tensor: torch.Tensor) -> torch.Tensor:
+    """torchvision ``Normalize(MEAN, STD)`` (not in place)."""
+    mean = torch.as_tensor(MEAN, dtype=tensor.dtype)[:, None, None]
+    std = torch.as_tensor(STD, dtype=tensor.dtype)[:, None, None]
+    return tensor.clone().sub_(mean).div_(std)
+
+
+def load_rgb(path: Path) -> Image.Image:
+    """torchvision's ``pil_loader``: open the file and convert to RGB."""
+    with open(path, "rb") as f:
+        return Image.open(f).convert("RGB")
+
+
+class PillowImageNet(torch.utils.data.Dataset):
+    """The classic torchvision ImageNet evaluation transform over a list of files."""
+
+    def __init__(self, paths: Sequence[Path]) -> None:
+        self.paths = list(paths)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        image = center_crop(resize_short(load_rgb(self.paths[index]), RESIZE), CROP)
+        return normalize(to_tensor(image))
+
+
+def make_dataloader(paths: Sequence[Path], workers: int) -> torch.utils.data.DataLoader:
+    """A DataLoader with one worker process per usable core, kept alive across passes."""
+    return torch.utils.data.DataLoader(
+        PillowImageNet(paths), batch_size=BATCH, num_workers=workers, persistent_workers=True
+    )
+
+
+def run_dataloader(loader: torch.utils.data.DataLoader) -> tuple[int, str]:
+    """One pass of the DataLoader; returns (images, output)."""
+    count, output = 0, ""
+    for images in loader:
+        count += images.shape[0]
+        output = output or describe_tensor(images)
+    return count, output
+
+
+# -- decode-only ceilings --------------------------------------------------------------
+
+
+def decode_full(path: Path) -> tuple[int, ...]:
+    """Read and decode one JPEG at full size with simplejpeg; returns the pixel shape."""
+    import simplejpeg
+
+    return simplejpeg.decode_jpeg(path.read_bytes(), colorspace="RGB").shape
+
+
+def draft_request(
+    spec: ImageSpec, width: int, height: int
+) -> tuple[tuple[float, ...], tuple[int, int], tuple[int, int] | None]:
+    """Replicate dataio's draft choice: (source box, output size, draft size or None)."""
+    geo = plan_geometry(spec.steps, width, height)
+    left, top, right, bottom = geo.box
+    factor = min((right - left) / geo.size[0], (bottom - top) / geo.size[1])
+    want = None
+    if factor >= 2 * DRAFT_GAP:
+        want = (math.ceil(width * DRAFT_GAP / factor), math.ceil(height * DRAFT_GAP / factor))
+    return geo.box, geo.size, want
+
+
+@dataclass(frozen=True)
+class Drafted:
+    """An opened JPEG with dataio's DCT scale set, and the geometry it was chosen for."""
+
+    image: Image.Image
+    source: tuple[int, int]
+    extent: tuple[float, float]
+    box: tuple[float, ...]
+    size: tuple[int, int]
+
+    def scaled_box(self) -> tuple[float, float, float, float]:
+        """The source box in decoded pixels (draft() reports the exact scaled extent)."""
+        sx, sy = self.extent[0] / self.source[0], self.extent[1] / self.source[1]
+        left, top, right, bottom = self.box
+        return (left * sx, top * sy, right * sx, bottom * sy)
+
+
+def open_drafted(data: bytes, spec: ImageSpec) -> Drafted:
+    """Open a JPEG and request the DCT scale dataio's kernel would (pixels not decoded)."""
+    image = Image.open(io.BytesIO(data))
+    source = image.size
+    extent: tuple[float, float] = source
+    box, size, want = draft_request(spec, *source)
+    if want is not None:
+        drafted = image.draft("RGB", want)
+        if drafted is not None:
+            extent = (drafted[1][2], drafted[1][3])
+    return Drafted(image, source, extent, box, size)
+
+
+def decode_drafted(path: Path, spec: ImageSpec) -> tuple[int, ...]:
+    """Read and decode one JPEG at dataio's DCT scale, no transforms; returns the shape."""
+    with open_drafted(path.read_bytes(), spec).image as image:
+        image.load()
+        if image.mode != "RGB":
+            image = image.convert("RGB")
+        return (image.size[1], image.size[0], 3)
+
+
+def run_decode(
+    pool: ThreadPoolExecutor, paths: Sequence[Path], decode: Callable[[Path], tuple[int, ...]]
+) -> tuple[int, str]:
+    """Decode every file on ``pool``; returns (images, mean decoded size)."""
+    shapes = list(pool.map(decode, paths))
+    megapixels = sum(s[0] * s[1] for s in shapes) / len(shapes) / 1e6
+    return len(shapes), f"uint8 HWC, mean {megapixels:.2f} MP"
+
+
+# -- measurement -----------------------------------------------------------------------
+
+
+@dataclass
+class Contender:
+    """One way of loading the files, and what its passes measured."""
+
+    name: str
+    run: Callable[[], tuple[int, str]]
+    children: bool = False
+    seconds: list[float] = field(default_factory=list)
+    peaks: list[int] = field(default_factory=list)
+    growth: list[int] = field(default_factory=list)
+    output: str = ""
+
+    def measure(self, expected: int, *, record: bool = True) -> None:
+        """Run one pass, sampling RSS; record its time and memory unless warming up."""
+        with PeakRss(children=self.children) as rss:
+            start = time.perf_counter()
+            count, self.output = self.run()
+            elapsed = time.perf_counter() - start
+        if count != expected:
+            raise RuntimeError(f"{self.name} delivered {count} images, expected {expected}")
+        if record:
+            self.seconds.append(elapsed)
+            self.peaks.append(rss.peak)
+            self.growth.append(rss.peak - rss.start)
+
+    def rate(self, images: int) -> float:
+        """Median images/s over the recorded passes."""
+        return images / median(self.seconds)
+
+
+def interleave(contenders: Sequence[Contender], images: int, rounds: int) -> None:
+    """Warm every contender up once, then run ``rounds`` rounds, rotating the order."""
+    for contender in contenders:
+        contender.measure(images, record=False)
+    for r in range(rounds):
+        shift = r % len(contenders)
+        for contender in [*contenders[shift:], *contenders[:shift]]:
+            contender.measure(images)
+        rates = ", ".join(f"{c.name} {images / c.seconds[-1]:.0f}" for c in contenders)
+        print(f"  round {r + 1}/{rounds}: {rates} images/s", flush=True)
+
+
+def build_contenders(
+    paths: Sequence[Path], pool: ThreadPoolExecutor, loader: Any
+) -> list[Contender]:
+    """The five contenders over ``paths``, the DataLoader first."""
+    spec = image_spec(normalize=True)
+    return [
+        Contender("DataLoader (Pillow)", lambda: run_dataloader(loader), children=True),
+        Contender("dataio float32", lambda: run_dataio(paths, normalize=True)),
+        Contender("dataio uint8 CHW", lambda: run_dataio(paths, normalize=False)),
+        Contender("decode full (simplejpeg)", lambda: run_decode(pool, paths, decode_full)),
+        Contender(
+            "decode draft (dataio scale)",
+            lambda: run_decode(pool, paths, lambda p: decode_drafted(p, spec)),
+        ),
+    ]
+
+
+# -- checks and breakdowns -------------------------------------------------------------
+
+
+def verify(paths: Sequence[Path]) -> str:
+    """Compare dataio's float32 output with the DataLoader transform on a few images."""
+    subset = list(paths[:VERIFY_IMAGES])
+    records = [{"image": str(p)} for p in subset]
+    with dataio_pipeline(normalize=True, batch=len(subset)).bind(records).run("numpy") as it:
+        ours = next(iter(it))["image"]
+    reference = PillowImageNet(subset)
+    std = np.asarray(STD, np.float64)[:, None, None]
+    worst_diff, psnrs = 0.0, []
+    for i in range(len(subset)):
+        ref = reference[i].numpy().astype(np.float64)
+        got = ours[i].astype(np.float64)
+        worst_diff = max(worst_diff, float(np.abs(got - ref).max()))
+        error = (got - ref) * std  # back to [0, 1] pixel units
+        mse = float(np.mean(error**2))
+        psnrs.append(math.inf if mse == 0 else 10 * math.log10(1.0 / mse))
+    max_levels = worst_diff * max(STD) * 255
+    return (
+        f"dataio float32 vs DataLoader transform on {len(subset)} images: max abs diff "
+        f"{worst_diff:.4f} (normalized units, <= {max_levels:.1f} of 255 levels), "
+        f"PSNR min {min(psnrs):.1f} dB, median {median(psnrs):.1f} dB"
+    )
+
+
+class Stopwatch:
+    """Accumulate wall time per named stage."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def reset(self) -> None:
+        """Start timing the next stage from now."""
+        self._last = time.perf_counter()
+
+    def lap(self, stage: str) -> None:
+        """Charge the time since the last lap to ``stage``."""
+        now = time.perf_counter()
+        self.totals[stage] = self.totals.get(stage, 0.0) + now - self._last
+        self._last = now
+
+
+def dataio_stages(data: bytes, clock: Stopwatch, f32: ImageSpec, u8: ImageSpec) -> None:
+    """Time dataio's kernel step by step (as ``_decode_geometry`` + ``write_pixels`` do)."""
+    drafted = open_drafted(data, f32)
+    clock.lap("dataio: open header + plan + draft")
+    image = drafted.image
+    image.load()
+    clock.lap("dataio: decode at DCT scale")
+    out = image.resize(drafted.size, Image.Resampling.BILINEAR, box=drafted.scaled_box())
+    clock.lap("dataio: resize box -> 224x224")
+    pixels = np.asarray(out)
+    clock.lap("dataio: to numpy")
+    write_pixels(pixels, f32, np.empty((3, CROP, CROP), np.float32))
+    clock.lap("dataio: normalize -> float32 CHW")
+    write_pixels(pixels, u8, np.empty((3, CROP, CROP), np.uint8))
+    clock.lap("dataio: (uint8 variant) copy -> uint8 CHW")
+    run_chain(data, f32, None, np.empty((3, CROP, CROP), np.float32))
+    clock.lap("dataio: run_chain float32, whole kernel")
+
+
+def dataloader_stages(path: Path, clock: Stopwatch) -> None:
+    """Time the DataLoader item transform step by step."""
+    image = load_rgb(path)
+    clock.lap("DataLoader: open + full decode")
+    image = resize_short(image, RESIZE)
+    clock.lap("DataLoader: resize short side 256")
+    image = center_crop(image, CROP)
+    clock.lap("DataLoader: center crop")
+    tensor = to_tensor(image)
+    clock.lap("DataLoader: to tensor")
+    normalize(tensor)
+    clock.lap("DataLoader: normalize")
+    decode_full(path)
+    clock.lap("(simplejpeg full decode, for scale)")
+
+
+def time_one(path: Path, clock: Stopwatch, f32: ImageSpec, u8: ImageSpec) -> None:
+    """Time every stage of both pipelines on one file."""
+    clock.reset()
+    data = path.read_bytes()
+    clock.lap("dataio: read file")
+    dataio_stages(data, clock, f32, u8)
+    clock.reset()
+    dataloader_stages(path, clock)
+
+
+def stage_table(paths: Sequence[Path], workers: int) -> str:
+    """Single-thread ms per image for each stage of both pipelines."""
+    subset = list(paths[:STAGE_IMAGES])
+    f32, u8 = image_spec(normalize=True), image_spec(normalize=False)
+    clock = Stopwatch()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in a DataLoader worker
+    try:
+        for path in subset:
+            time_one(path, clock, f32, u8)
+    finally:
+        torch.set_num_threads(threads)
+    rows = []
+    for stage, total in clock.totals.items():
+        ms = 1000 * total / len(subset)
+        rows.append([stage, f"{ms:.2f}", f"{workers * 1000 / ms:,.0f}"])
+    note = (
+        f"single thread, {len(subset)} images; 'ideal' = {workers} workers / (ms per image), "
+        "if that stage were the only work"
+    )
+    return note + "\n" + format_table(["stage", "ms/image", "ideal img/s"], rows)
+
+
+# -- report ----------------------------------------------------------------------------
+
+
+def ratio(a: float, b: float) -> str:
+    """``a / b`` formatted as a multiple."""
+    return f"{a / b:.2f}x"
+
+
+def result_table(contenders: Sequence[Contender], images: int) -> str:
+    """Images/s, ratios to the DataLoader and to both ceilings, memory and output."""
+    by_name = {c.name: c for c in contenders}
+    base = by_name["DataLoader (Pillow)"].rate(images)
+    full = by_name["decode full (simplejpeg)"].rate(images)
+    draft = by_name["decode draft (dataio scale)"].rate(images)
+    rows = []
+    for c in contenders:
+        rate = c.rate(images)
+        spread = f"{images / max(c.seconds):.0f}..{images / min(c.seconds):.0f}"
+        rows.append(
+            [
+                c.name,
+                f"{rate:.0f}",
+                spread,
+                ratio(rate, base),
+                ratio(rate, full),
+                ratio(rate, draft),
+                mib(max(c.peaks)),
+                mib(max(c.growth)),
+                c.output,
+            ]
+        )
+    headers = [
+        "contender",
+        "img/s",
+        "min..max",
+        "vs DataLoader",
+        "vs decode full",
+        "vs decode draft",
+        "peak RSS",
+        "RSS growth",
+        "output",
+    ]
+    return format_table(headers, rows)
+
+
+def target_lines(contenders: Sequence[Contender], images: int) -> list[str]:
+    """State whether dataio float32 meets the project's targets (medians)."""
+    by_name = {c.name: c.rate(images) for c in contenders}
+    ours = by_name["dataio float32"]
+    checks = [
+        ("vs DataLoader", ours / by_name["DataLoader (Pillow)"], TARGET_VS_DATALOADER),
+        (
+            "vs decode draft ceiling",
+            ours / by_name["decode draft (dataio scale)"],
+            TARGET_VS_CEILING,
+        ),
+        ("vs decode full ceiling", ours / by_name["decode full (simplejpeg)"], TARGET_VS_CEILING),
+    ]
+    return [
+        f"  target dataio float32 {label} >= {goal:.2f}x: {value:.2f}x -> "
+        f"{'MET' if value >= goal else 'NOT MET'}"
+        for label, value, goal in checks
+    ]
+
+
+def run_profile(profile: str, count: int, rounds: int, workers: int) -> None:
+    """Generate (or reuse) a profile's files, measure all contenders and print the table."""
+    low, high, _ = PROFILES[profile]
+    start = time.perf_counter()
+    paths = dataset(profile, count)
+    total_mb = sum(p.stat().st_size for p in paths) / 1e6
+    print(
+        f"\n== profile {profile!r}: {len(paths)} JPEGs, sides {low}..{high}, "
+        f"{total_mb:.1f} MB (ready in {time.perf_counter() - start:.1f} s) ==",
+        flush=True,
+    )
+    print(verify(paths), flush=True)
+    loader = make_dataloader(paths, workers)
+    with ThreadPoolExecutor(workers, thread_name_prefix="decode-ceiling") as pool:
+        contenders = build_contenders(paths, pool, loader)
+        interleave(contenders, len(paths), rounds)
+    print(f"\nmedian of {rounds} rounds, batch {BATCH}, {workers} workers each:")
+    print(result_table(contenders, len(paths)))
+    print(RSS_NOTE)
+    print("\n".join(target_lines(contenders, len(paths))))
+    print("\nwhere the time goes, " + stage_table(paths, workers), flush=True)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Command-line options; ``--quick`` shrinks the defaults for a smoke run."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, help="images per profile (default 400, quick 24)")
+    parser.add_argument("--rounds", type=int, help="interleaved rounds (default 5, quick 2)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run in under a minute")
+    parser.add_argument(
+        "--profile", choices=sorted(PROFILES), action="append", help="run only this profile"
+    )
+    args = parser.parse_args(argv)
+    args.images = args.images or (24 if args.quick else 400)
+    args.rounds = args.rounds or (2 if args.quick else 5)
+    args.profile = args.profile or list(PROFILES)
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Print the machine, then one table per profile."""
+    args = parse_args(argv)
+    workers = usable_cores()
+    print("\n".join(machine_lines(PACKAGES)))
+    print(
+        f"images per profile: {args.images}; rounds: {args.rounds}; batch {BATCH}; "
+        f"DataLoader num_workers={workers}; decode pools of {workers} threads"
+    )
+    if args.quick:
+        print("--quick: a smoke run; with so few images a pass is one partial batch, so the")
+        print("numbers below mostly measure start-up and are not the benchmark's result")
+    for profile in args.profile:
+        run_profile(profile, args.images, args.rounds, workers)
+
+
+if __name__ == "__main__":
+    main()
