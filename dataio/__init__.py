@@ -23,6 +23,7 @@ from dataio import decoders, testing, transforms
 from dataio.batch import Batch
 from dataio.exceptions import (
     BatchFailedError,
+    CheckpointError,
     DataioError,
     DecodeError,
     FieldError,
@@ -31,7 +32,31 @@ from dataio.exceptions import (
     ShapeMismatchError,
     TransformError,
 )
-from dataio.pipeline import BoundPipeline, Pipeline, Slot, batch, map, pipeline, slot
+from dataio.pipeline import (
+    BoundPipeline,
+    Pipeline,
+    Slot,
+    batch,
+    collate,
+    group_by,
+    map,
+    pipeline,
+    slot,
+)
+from dataio.sources import (
+    IndexedSource,
+    Source,
+    archive,
+    files,
+    from_callable,
+    from_iterable,
+    from_iterator,
+    from_sampler,
+    manifest,
+    records,
+    urls,
+    webdataset,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -44,27 +69,42 @@ __all__ = [
     "Batch",
     "BatchFailedError",
     "BoundPipeline",
+    "CheckpointError",
     "DataioError",
     "DecodeError",
     "FieldError",
+    "IndexedSource",
     "Loader",
     "NotFoundError",
     "Pipeline",
     "PlanError",
     "ShapeMismatchError",
     "Slot",
+    "Source",
     "TransformError",
     "__version__",
+    "archive",
     "batch",
     "capabilities",
+    "collate",
     "decoders",
+    "files",
+    "from_callable",
+    "from_iterable",
+    "from_iterator",
+    "from_sampler",
+    "group_by",
+    "manifest",
     "map",
     "pipeline",
     "read_image",
+    "records",
     "slot",
     "sql_context",
     "testing",
     "transforms",
+    "urls",
+    "webdataset",
 ]
 
 

@@ -6,6 +6,7 @@ from typing import Any
 
 __all__ = [
     "BatchFailedError",
+    "CheckpointError",
     "DataioError",
     "DecodeError",
     "FieldError",
@@ -74,6 +75,10 @@ class FieldError(DataioError, KeyError):
 
 class ShapeMismatchError(DataioError, ValueError):
     """Rows of one batch have shapes that cannot be stacked into one tensor."""
+
+
+class CheckpointError(DataioError, ValueError):
+    """A loader checkpoint is malformed or does not belong to this pipeline and source."""
 
 
 class BatchFailedError(DataioError, RuntimeError):

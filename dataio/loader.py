@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from dataio.engine.assemble import FailurePolicy, assemble
 from dataio.engine.executor import Executor
 from dataio.engine.export import to_arrow, to_torch
 from dataio.engine.lower import lower
+from dataio.engine.state import LoaderState, validate_state
+from dataio.engine.stream import ShardSpec, plan_chunks
 from dataio.exceptions import DataioError, PlanError
-from dataio.pipeline import Pipeline
+from dataio.pipeline import BatchStage, Pipeline
+from dataio.sources import Source
+from dataio.sources import records as records_source
 
 __all__ = ["Loader"]
 
@@ -51,16 +55,18 @@ def _check_options(
 class Loader:
     """Iterates the batches of a bound pipeline; built by ``BoundPipeline.run()``.
 
-    Use it as a context manager or iterate it to the end; leaving the ``with`` block,
-    breaking out of the ``for`` loop, an exception or garbage collection all cancel
-    queued work and release the batch buffers. A loader makes one pass over its records.
-    ``next(loader)`` takes one batch without ending the pass.
+    Each ``for`` loop over the loader is a pass over its records that starts where the
+    loader stands: at the beginning of the epoch, after the batches already delivered,
+    or at a restored checkpoint. A completed pass moves to the next epoch. Breaking out
+    of the loop, an exception or garbage collection cancel the pass's queued work and
+    release its buffers; :meth:`close` (or leaving the ``with`` block) ends the loader.
+    ``next(loader)`` takes one batch of the current pass.
     """
 
     def __init__(
         self,
         plan: Pipeline,
-        records: Iterable[Any],
+        records: Any,
         *,
         output: str,
         concurrency: int | str,
@@ -69,6 +75,7 @@ class Loader:
         log_errors: bool | Callable[[Exception], Any],
         seed: int,
         epoch: int,
+        shard: Mapping[str, Any] | None,
         max_prefetch_bytes: int | None,
         device: str | None,
     ) -> None:
@@ -78,52 +85,70 @@ class Loader:
         self.plan = plan
         self.output = output
         self.device = device
-        self._records = records
+        self.source: Source = records_source(records)
+        self.shard = ShardSpec.parse(shard)
         self._policy = FailurePolicy(on_failure, log_errors)
-        kernels = lower(plan)
+        self._kernels = lower(plan)
         shape = plan.shape
         prefetch = shape.prefetch
         if max_prefetch_bytes is not None:
-            prefetch = min(prefetch, _prefetch_for_bytes(kernels, shape.size, max_prefetch_bytes))
-        window = shape.size * prefetch if concurrency == "auto" else int(concurrency)
-        self._executor = Executor(
-            iter(records),
-            kernels,
-            plan.record_maps,
-            batch_size=shape.size,
-            drop_last=shape.drop_last,
-            prefetch=prefetch,
-            concurrency=window,
-            ordered=order == "submit",
-            seed=seed,
-            epoch=epoch,
-        )
+            size = shape.size if isinstance(shape, BatchStage) else None
+            prefetch = min(prefetch, _prefetch_for_bytes(self._kernels, size, max_prefetch_bytes))
+        self._prefetch = prefetch
+        if concurrency == "auto":
+            per_batch = shape.size if isinstance(shape, BatchStage) else 64
+            concurrency = per_batch * prefetch
+        self._concurrency = int(concurrency)
+        self._order = order
+        self._seed = seed
+        self._epoch = epoch
+        self._consumed = 0
+        self._executor: Executor | None = None
         self._closed = False
 
-    def __len__(self) -> int:
-        if not isinstance(self._records, Sequence):
-            raise TypeError("this loader's record source has no known length")
-        size, n = self.plan.shape.size, len(self._records)
-        return n // size if self.plan.shape.drop_last else math.ceil(n / size)
+    # -- passes ----------------------------------------------------------------------
+
+    def _start_pass(self) -> Executor:
+        if self._closed:
+            raise DataioError("the loader is closed; call run() again for a new loader")
+        if self._executor is None:
+            chunks = plan_chunks(self.source, self.plan.shape, self.shard, self._consumed)
+            self._executor = Executor(
+                chunks,
+                self._kernels,
+                self.plan.record_maps,
+                prefetch=self._prefetch,
+                concurrency=self._concurrency,
+                ordered=self._order == "submit",
+                seed=self._seed,
+                epoch=self._epoch,
+            )
+        return self._executor
+
+    def _end_pass(self) -> None:
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.close()
 
     def __next__(self) -> Any:
+        executor = self._start_pass()
         try:
-            job = self._executor.next_job()
-        except BaseException:
-            self.close()
-            raise
-        if job is None:
-            self.close()
-            raise StopIteration
-        try:
+            job = executor.next_job()
+            if job is None:
+                self._end_pass()
+                self._epoch += 1
+                self._consumed = 0
+                raise StopIteration
+            self._consumed = max(self._consumed, job.end)
             return self._deliver(job)
+        except StopIteration:
+            raise
         except BaseException:
-            self.close()
+            self._end_pass()
             raise
 
     def __iter__(self) -> Iterator[Any]:
-        if self._closed:
-            return
+        self._start_pass()
         try:
             while True:
                 try:
@@ -132,7 +157,17 @@ class Loader:
                     return
                 yield item
         finally:
-            self.close()
+            self._end_pass()
+
+    def __len__(self) -> int:
+        """Batches in a full pass for this rank, when the source length is known."""
+        total = self.source.length()
+        shape = self.plan.shape
+        if total is None or not isinstance(shape, BatchStage):
+            raise TypeError("this loader's batch count is not known before reading its records")
+        rounds, rest = divmod(total, self.shard.of)
+        mine = rounds + (1 if rest and self.shard.pad else 0)
+        return mine // shape.size if shape.drop_last else math.ceil(mine / shape.size)
 
     def _deliver(self, job: Any) -> Any:
         batch = assemble(job, self._policy)
@@ -145,15 +180,70 @@ class Loader:
             item = batch_map.fn(item)
         return item
 
+    # -- epochs and checkpoints --------------------------------------------------------
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next (or current) pass runs as."""
+        return self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Run the next pass as ``epoch``; a different epoch starts from its beginning."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise PlanError(f"epoch must be a non-negative integer, got {epoch!r}")
+        if epoch != self._epoch:
+            self._end_pass()
+            self._epoch = epoch
+            self._consumed = 0
+
+    def _state(self) -> LoaderState:
+        return LoaderState(
+            self._consumed,
+            self._epoch,
+            self._seed,
+            self._order,
+            self.plan.signature(),
+            self.source.signature(),
+            self.shard.as_dict(),
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        """The loader's position: schema 3 with samples consumed, epoch, seed, order,
+        plan and record-source signatures, and the shard.
+
+        Example:
+            >>> state = loader.state_dict()  # doctest: +SKIP
+            >>> loader.load_state_dict(state)  # doctest: +SKIP
+        """
+        return self._state().as_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a position from :meth:`state_dict`, validating it first.
+
+        The next pass re-enumerates the source and skips what was consumed; a batch that
+        was only partly consumed is replayed from its first sample.
+
+        Raises:
+            CheckpointError: the checkpoint is malformed or belongs to another pipeline,
+                source or shard layout, or is a mid-epoch completion-order checkpoint.
+        """
+        restored = validate_state(state, self._state(), source_configured=self.source.configured)
+        self._end_pass()
+        self._consumed = restored.samples_consumed
+        self._epoch = restored.epoch
+        self._seed = restored.seed
+
+    # -- lifetime ------------------------------------------------------------------------
+
     def close(self) -> None:
-        """Stop: cancel queued records, wait for running ones, release buffers."""
+        """End the loader: cancel queued records, wait for running ones, release buffers."""
         if not self._closed:
             self._closed = True
-            self._executor.close()
+            self._end_pass()
 
     @property
     def closed(self) -> bool:
-        """True once the loader has finished, failed or been closed."""
+        """True once :meth:`close` ran (or the ``with`` block ended)."""
         return self._closed
 
     def __enter__(self) -> Loader:
@@ -163,11 +253,12 @@ class Loader:
         self.close()
 
     def __del__(self) -> None:
-        if not getattr(self, "_closed", True):
-            self._executor.close(wait=False)
+        executor = getattr(self, "_executor", None)
+        if executor is not None:
+            executor.close(wait=False)
 
     def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
-        """Export the remaining batches as an Arrow C stream (consumes the loader)."""
+        """Export the rest of the current pass as an Arrow C stream."""
         import pyarrow as pa
 
         batches = (item if isinstance(item, pa.RecordBatch) else _as_arrow(item) for item in self)
@@ -194,7 +285,9 @@ def _as_arrow(item: Any) -> Any:
     )
 
 
-def _prefetch_for_bytes(kernels: Sequence[Any], batch_size: int, limit: int) -> int:
+def _prefetch_for_bytes(kernels: Sequence[Any], batch_size: int | None, limit: int) -> int:
+    if batch_size is None:
+        raise PlanError("max_prefetch_bytes needs dataio.batch(n): other shape stages vary in size")
     per_batch = 0
     for kernel in kernels:
         if kernel.passthrough:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -27,10 +27,14 @@ if TYPE_CHECKING:
 __all__ = [
     "BatchStage",
     "BoundPipeline",
+    "CollateStage",
+    "GroupByStage",
     "Map",
     "Pipeline",
     "Slot",
     "batch",
+    "collate",
+    "group_by",
     "map",
     "pipeline",
     "slot",
@@ -67,6 +71,32 @@ class BatchStage:
     def describe(self) -> dict[str, Any]:
         """Return a JSON-ready description."""
         return {"batch": self.size, "drop_last": self.drop_last, "prefetch": self.prefetch}
+
+
+@dataclass(frozen=True)
+class CollateStage:
+    """Keep upstream batch boundaries: each source item is a list of records, one batch."""
+
+    prefetch: int = 2
+
+    def describe(self) -> dict[str, Any]:
+        """Return a JSON-ready description."""
+        return {"collate": True, "prefetch": self.prefetch}
+
+
+@dataclass(frozen=True)
+class GroupByStage:
+    """One batch per contiguous run of equal ``key`` values in the record stream."""
+
+    key: str
+    prefetch: int = 2
+
+    def describe(self) -> dict[str, Any]:
+        """Return a JSON-ready description."""
+        return {"group_by": self.key, "prefetch": self.prefetch}
+
+
+ShapeStage = BatchStage | CollateStage | GroupByStage
 
 
 @dataclass(frozen=True)
@@ -232,7 +262,31 @@ def batch(size: int, *, drop_last: bool = False, prefetch: int = 2) -> BatchStag
     )
 
 
-Stage = Map | Slot | BatchStage
+def collate(*, prefetch: int = 2) -> CollateStage:
+    """Use the source's own batches: every source item is a list of records.
+
+    Example:
+        >>> dataio.collate(prefetch=4)
+        CollateStage(prefetch=4)
+    """
+    return CollateStage(positive_int(prefetch, "collate prefetch"))
+
+
+def group_by(key: str, *, prefetch: int = 2) -> GroupByStage:
+    """Emit one batch per contiguous run of records with the same ``key`` field.
+
+    Pair it with :func:`dataio.from_sampler`, which tags records with ``batch_id``.
+
+    Example:
+        >>> dataio.group_by("batch_id", prefetch=4)
+        GroupByStage(key='batch_id', prefetch=4)
+    """
+    if not isinstance(key, str) or not key:
+        raise PlanError(f"group_by key must be a field name, got {key!r}")
+    return GroupByStage(key, positive_int(prefetch, "group_by prefetch"))
+
+
+Stage = Map | Slot | BatchStage | CollateStage | GroupByStage
 
 
 @dataclass(frozen=True)
@@ -241,7 +295,7 @@ class Pipeline:
 
     record_maps: tuple[Map, ...]
     slots: tuple[Slot, ...]
-    shape: BatchStage
+    shape: ShapeStage
     batch_maps: tuple[Map, ...] = field(default=())
 
     def describe(self) -> dict[str, Any]:
@@ -273,12 +327,18 @@ class Pipeline:
                 chain = " -> ".join(repr(op) for op in s.ops) or "raw bytes"
                 lines.append(f"  slot {s.name!r:<12} fused kernel: {chain}")
         sh = self.shape
-        lines.append(f"  batch({sh.size}, drop_last={sh.drop_last}, prefetch={sh.prefetch})")
+        if isinstance(sh, BatchStage):
+            lines.append(f"  batch({sh.size}, drop_last={sh.drop_last}, prefetch={sh.prefetch})")
+        elif isinstance(sh, GroupByStage):
+            lines.append(f"  group_by({sh.key!r}, prefetch={sh.prefetch})")
+        else:
+            lines.append(f"  collate(prefetch={sh.prefetch})")
         lines += [f"  batch map   {m.describe()['map']}" for m in self.batch_maps]
         return "\n".join(lines)
 
-    def bind(self, records: Iterable[Any]) -> BoundPipeline:
-        """Attach a record source; nothing runs until :meth:`BoundPipeline.run`."""
+    def bind(self, records: Any) -> BoundPipeline:
+        """Attach a record source (a source, sequence, iterable or factory); nothing runs
+        until :meth:`BoundPipeline.run`."""
         return BoundPipeline(self, records)
 
 
@@ -293,7 +353,7 @@ def pipeline(*stages: Stage) -> Pipeline:
     record_maps: list[Map] = []
     slots: list[Slot] = []
     batch_maps: list[Map] = []
-    shape: BatchStage | None = None
+    shape: ShapeStage | None = None
     for position, stage in enumerate(stages):
         if isinstance(stage, Map):
             (record_maps if shape is None else batch_maps).append(stage)
@@ -308,19 +368,23 @@ def pipeline(*stages: Stage) -> Pipeline:
             if any(s.name == stage.name for s in slots):
                 raise PlanError(f"slot {stage.name!r} appears twice; slot names must be unique")
             slots.append(stage)
-        elif isinstance(stage, BatchStage):
+        elif isinstance(stage, BatchStage | CollateStage | GroupByStage):
             if shape is not None:
-                raise PlanError("a pipeline has exactly one shape stage; found a second batch()")
+                raise PlanError(
+                    f"a pipeline has exactly one shape stage; found {stage!r} after {shape!r}"
+                )
             shape = stage
         else:
             raise PlanError(
                 f"pipeline stage {position} is {stage!r}; expected dataio.map(), "
-                "dataio.slot(...) or dataio.batch()"
+                "dataio.slot(...), dataio.batch(), dataio.collate() or dataio.group_by()"
             )
     if not slots:
         raise PlanError("a pipeline needs at least one slot")
     if shape is None:
-        raise PlanError("a pipeline needs a shape stage such as dataio.batch(n)")
+        raise PlanError(
+            "a pipeline needs a shape stage: dataio.batch(n), dataio.collate() or dataio.group_by()"
+        )
     return Pipeline(tuple(record_maps), tuple(slots), shape, tuple(batch_maps))
 
 
@@ -333,7 +397,7 @@ class BoundPipeline:
     """A pipeline with its record source; :meth:`run` starts the engine."""
 
     pipeline: Pipeline
-    records: Iterable[Any]
+    records: Any
 
     def run(
         self,
@@ -345,6 +409,7 @@ class BoundPipeline:
         log_errors: bool | Callable[[Exception], Any] = False,
         seed: int = 0,
         epoch: int = 0,
+        shard: dict[str, Any] | None = None,
         max_prefetch_bytes: int | None = None,
         device: str | None = None,
     ) -> Loader:
@@ -362,7 +427,10 @@ class BoundPipeline:
             log_errors: ``True`` logs row errors to the ``dataio.rows`` logger; a
                 callable receives each error.
             seed: seeds every random op, together with ``epoch`` and the record index.
-            epoch: the epoch number mixed into random ops.
+            epoch: the epoch number mixed into random ops (see ``Loader.set_epoch``).
+            shard: ``{"id": rank, "of": world, "pad": True}`` deals records round-robin
+                to ranks; ``pad=True`` gives every rank the same count by repeating its
+                first record, ``pad=False`` drops the incomplete last round.
             max_prefetch_bytes: bound on bytes of finished or pending batch buffers.
             device: for ``"torch"``, a device such as ``"cuda:0"`` to move tensors to.
 
@@ -383,6 +451,7 @@ class BoundPipeline:
             log_errors=log_errors,
             seed=seed,
             epoch=epoch,
+            shard=shard,
             max_prefetch_bytes=max_prefetch_bytes,
             device=device,
         )

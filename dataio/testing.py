@@ -59,9 +59,9 @@ def make_jpegs(
     Example:
         >>> paths = dataio.testing.make_jpegs("/tmp/jpegs", 8)  # doctest: +SKIP
     """
-    from PIL import Image
-
     from concurrent.futures import ThreadPoolExecutor
+
+    from PIL import Image
 
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,14 @@ def test_example_runs(script: Path) -> None:
 
 def test_demo_runs_on_a_small_set(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "demo.py"), "--images", "24", "--data", str(tmp_path)],
+        [
+            sys.executable,
+            str(ROOT / "examples" / "demo.py"),
+            "--images",
+            "24",
+            "--data",
+            str(tmp_path),
+        ],
         capture_output=True,
         text=True,
         timeout=300,

@@ -28,7 +28,7 @@ def reference(path: str) -> np.ndarray:
     w, h = image.size
     nw, nh = (256, int(256 * h / w)) if w <= h else (int(256 * w / h), 256)
     image = image.resize((nw, nh), Image.Resampling.BILINEAR)
-    left, top = int(round((nw - 224) / 2)), int(round((nh - 224) / 2))
+    left, top = round((nw - 224) / 2), round((nh - 224) / 2)
     pixels = np.asarray(image.crop((left, top, left + 224, top + 224)), np.float32) / 255
     return ((pixels - MEAN) / STD).transpose(2, 0, 1)
 

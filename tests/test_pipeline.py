@@ -45,7 +45,10 @@ def test_pipeline_sorts_stages_by_position() -> None:
         ((dataio.slot("x").passthrough(),), "shape stage"),
         ((dataio.slot("x").passthrough(), dataio.batch(2), dataio.batch(2)), "exactly one"),
         ((dataio.batch(2), dataio.slot("x").passthrough()), "after the shape stage"),
-        ((dataio.slot("x").passthrough(), dataio.slot("x").passthrough(), dataio.batch(2)), "twice"),
+        (
+            (dataio.slot("x").passthrough(), dataio.slot("x").passthrough(), dataio.batch(2)),
+            "twice",
+        ),
         ((dataio.slot("x"), dataio.batch(2)), "is empty"),
         ((dataio.slot("x").passthrough(), "batch", dataio.batch(2)), "stage 1"),
     ],
@@ -60,11 +63,17 @@ def test_pipeline_shape_errors(stages: tuple, message: str) -> None:
     [
         (lambda: dataio.slot("x").resize_short(10), "must start with a decoder"),
         (lambda: dataio.slot("x").decode_image().decode_image(), "one decoder"),
-        (lambda: dataio.slot("x").decode_image().normalize("imagenet").resize(h=2, w=2), "cannot follow"),
+        (
+            lambda: dataio.slot("x").decode_image().normalize("imagenet").resize(h=2, w=2),
+            "cannot follow",
+        ),
         (lambda: dataio.slot("x").decode_image().passthrough(), "already has ops"),
         (lambda: dataio.slot("x").passthrough().decode_image(), "passthrough"),
         (lambda: dataio.slot("x").decode_image(mode="cmyk"), "mode"),
-        (lambda: dataio.slot("x").decode_image().normalize("imagenet").output(dtype="uint8"), "float32"),
+        (
+            lambda: dataio.slot("x").decode_image().normalize("imagenet").output(dtype="uint8"),
+            "float32",
+        ),
         (lambda: dataio.slot(""), "non-empty"),
         (lambda: dataio.batch(0), "positive integer"),
         (lambda: dataio.batch(4, prefetch=0), "positive integer"),
@@ -143,13 +152,14 @@ def test_explain_lists_every_stage() -> None:
 def test_building_and_binding_do_no_work() -> None:
     class Exploding:
         def __iter__(self):
-            raise AssertionError("the source was read before run()")
+            raise AssertionError("the source was read before run() was iterated")
 
     pipe = dataio.pipeline(image_slot(), dataio.batch(2))
     bound = pipe.bind(Exploding())
     assert bound.pipeline is pipe
+    loader = bound.run()  # starting a loader reads nothing either
     with pytest.raises(AssertionError, match="before run"):
-        bound.run()
+        next(loader)
 
 
 def test_slot_reads_another_field() -> None:

@@ -17,27 +17,42 @@ EXPECTED = [
     "Batch",
     "BatchFailedError",
     "BoundPipeline",
+    "CheckpointError",
     "DataioError",
     "DecodeError",
     "FieldError",
+    "IndexedSource",
     "Loader",
     "NotFoundError",
     "Pipeline",
     "PlanError",
     "ShapeMismatchError",
     "Slot",
+    "Source",
     "TransformError",
     "__version__",
+    "archive",
     "batch",
     "capabilities",
+    "collate",
     "decoders",
+    "files",
+    "from_callable",
+    "from_iterable",
+    "from_iterator",
+    "from_sampler",
+    "group_by",
+    "manifest",
     "map",
     "pipeline",
     "read_image",
+    "records",
     "slot",
     "sql_context",
     "testing",
     "transforms",
+    "urls",
+    "webdataset",
 ]
 
 
@@ -62,8 +77,18 @@ def test_every_public_callable_has_a_docstring_and_a_docs_entry() -> None:
         assert inspect.getdoc(value), f"{qualified} has no docstring"
         short = qualified.removeprefix("dataio.")
         assert f"`{short}" in docs or f"`dataio.{short}" in docs, f"{qualified} not in docs/api.md"
-    for method in ("decode_image", "resize", "resize_short", "center_crop", "random_crop",
-                   "random_resized_crop", "random_flip", "normalize", "output", "passthrough"):
+    for method in (
+        "decode_image",
+        "resize",
+        "resize_short",
+        "center_crop",
+        "random_crop",
+        "random_resized_crop",
+        "random_flip",
+        "normalize",
+        "output",
+        "passthrough",
+    ):
         assert inspect.getdoc(getattr(dataio.Slot, method))
         assert f".{method}(" in docs, f"Slot.{method} not in docs/api.md"
 

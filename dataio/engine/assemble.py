@@ -81,7 +81,7 @@ def assemble(job: BatchJob, policy: FailurePolicy) -> Batch:
     return Batch(
         columns,
         keys=[job.keys[row] for row in keep],
-        indices=[job.start + row for row in keep],
+        indices=[job.positions[row] for row in keep],
         errors=errors,
         sizes=sizes,  # type: ignore[arg-type]
     )

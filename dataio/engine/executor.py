@@ -23,6 +23,7 @@ import numpy as np
 
 from dataio.engine.lower import SlotKernel
 from dataio.engine.pool import cpu_pool
+from dataio.engine.stream import Chunk
 from dataio.exceptions import DataioError, DecodeError, FieldError
 from dataio.io import read_bytes
 from dataio.pipeline import Map
@@ -45,11 +46,16 @@ def record_key(record: Any) -> Any:
 
 @dataclass
 class BatchJob:
-    """One batch in flight: its records, preallocated buffers and per-row outcomes."""
+    """One batch in flight: its records, preallocated buffers and per-row outcomes.
 
-    start: int
+    ``positions`` are the records' places in the unsharded stream (they seed random
+    ops); ``end`` is the rank-local sample count once this batch is delivered.
+    """
+
+    positions: list[int]
     records: list[Any]
     kernels: tuple[SlotKernel, ...]
+    end: int = 0
     buffers: dict[str, np.ndarray] = field(default_factory=dict)
     values: dict[str, list[Any]] = field(default_factory=dict)
     sizes: dict[str, list[tuple[int, int] | None]] = field(default_factory=dict)
@@ -73,11 +79,6 @@ class BatchJob:
             if not kernel.passthrough:
                 self.sizes[kernel.name] = [None] * n
 
-    @property
-    def indices(self) -> range:
-        """Record indices (sequence numbers) of the job's rows."""
-        return range(self.start, self.start + len(self.records))
-
     def nbytes(self) -> int:
         """Bytes held by the preallocated buffers."""
         return sum(b.nbytes for b in self.buffers.values())
@@ -94,7 +95,7 @@ def _field_bytes(value: Any, kernel: SlotKernel) -> bytes | bytearray | memoryvi
 
 
 class Executor:
-    """Produces finished :class:`BatchJob` objects from a record iterator.
+    """Produces finished :class:`BatchJob` objects from the chunks of one pass.
 
     Not thread-safe for consumers: one thread calls :meth:`next_job`. Pool threads
     only run record tasks.
@@ -102,28 +103,23 @@ class Executor:
 
     def __init__(
         self,
-        records: Iterator[Any],
+        chunks: Iterator[Chunk],
         kernels: tuple[SlotKernel, ...],
         record_maps: tuple[Map, ...],
         *,
-        batch_size: int,
-        drop_last: bool,
         prefetch: int,
         concurrency: int,
         ordered: bool,
         seed: int,
         epoch: int,
     ) -> None:
-        self._records = records
+        self._chunks = chunks
         self._kernels = kernels
         self._maps = tuple(m.fn for m in record_maps)
-        self._batch_size = batch_size
-        self._drop_last = drop_last
         self._prefetch = prefetch
         self._limit = concurrency
         self._ordered = ordered
         self._seed, self._epoch = seed, epoch
-        self._next_index = 0
         self._exhausted = False
         self._closed = False
         self._jobs: deque[BatchJob] = deque()
@@ -158,26 +154,15 @@ class Executor:
 
     def _fill(self) -> None:
         while not self._exhausted and len(self._jobs) < self._prefetch:
-            chunk = self._take(self._batch_size)
-            if not chunk or (self._drop_last and len(chunk) < self._batch_size):
+            chunk = next(self._chunks, None)
+            if chunk is None:
                 self._exhausted = True
                 break
-            job = BatchJob(self._next_index, chunk, self._kernels)
-            self._next_index += len(chunk)
+            job = BatchJob(chunk.positions, chunk.records, self._kernels, chunk.end)
             with self._lock:
                 self._jobs.append(job)
-                self._queue.extend((job, row) for row in range(len(chunk)))
+                self._queue.extend((job, row) for row in range(len(chunk.records)))
             self._admit()
-
-    def _take(self, n: int) -> list[Any]:
-        chunk = []
-        for record in self._records:
-            chunk.append(record)
-            if len(chunk) == n:
-                break
-        else:
-            self._exhausted = True
-        return chunk
 
     def close(self, *, wait: bool = True) -> None:
         """Cancel queued work, wait for running tasks (unless ``wait=False``), drop buffers."""
@@ -223,7 +208,7 @@ class Executor:
                     self._cond.notify_all()
 
     def _process(self, job: BatchJob, row: int) -> None:
-        index = job.start + row
+        index = job.positions[row]
         record = job.records[row]
         try:
             for fn in self._maps:

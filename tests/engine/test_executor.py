@@ -18,7 +18,9 @@ from dataio.engine.pool import cpu_pool
 
 
 def passthrough_pipe(*stages, size: int = 4, prefetch: int = 2) -> dataio.Pipeline:
-    return dataio.pipeline(*stages, dataio.slot("v").passthrough(), dataio.batch(size, prefetch=prefetch))
+    return dataio.pipeline(
+        *stages, dataio.slot("v").passthrough(), dataio.batch(size, prefetch=prefetch)
+    )
 
 
 def jittery(seed: int):
@@ -43,7 +45,7 @@ def test_submit_order_is_exact_under_random_delays(concurrency) -> None:
 
 def test_completion_order_yields_ready_batches_first() -> None:
     def slow_first(record: dict) -> dict:
-        if record["v"] < 2:
+        if record["v"] == 0:  # blocks one pool thread; the others finish later batches
             time.sleep(0.3)
         return record
 
@@ -110,26 +112,28 @@ def test_break_cancels_work_and_releases_buffers(records) -> None:
     )
     threads_before = threading.active_count()
     loader = pipe.bind(records * 5).run()
-    executor = loader._executor
-    buffers = []
     for batch in loader:
+        executor = loader._executor
         buffers = [weakref.ref(job.buffers["image"]) for job in executor._jobs]
         assert buffers, "jobs should be in flight after the first batch"
         del batch
         break
-    assert loader.closed
+    assert loader._executor is None and executor._closed
     assert executor.running_tasks == 0
     gc.collect()
     assert all(ref() is None for ref in buffers)
     # the shared pool is reused; breaking out leaves no extra thread behind
     assert threading.active_count() <= max(threads_before, cpu_pool()._max_workers + 1)
+    # the loader stands after the delivered batch: the next pass continues from there
+    assert next(iter(loader)).indices == [2, 3]
 
 
 def test_context_exit_closes(records) -> None:
     pipe = dataio.pipeline(dataio.slot("image").decode_image().resize(h=16, w=16), dataio.batch(2))
     with pipe.bind(records).run() as loader:
         next(loader)
-    assert loader.closed and loader._executor.running_tasks == 0
+        executor = loader._executor
+    assert loader.closed and executor._closed and executor.running_tasks == 0
     with pytest.raises(dataio.DataioError, match="closed"):
         next(loader)
 
@@ -171,7 +175,7 @@ def test_record_map_errors_propagate_unchanged() -> None:
         for batch in loader:
             got.extend(batch["v"])
     assert got == [0, 1, 2, 3]
-    assert loader.closed
+    assert loader._executor is None
 
 
 def test_batch_map_errors_propagate_and_any_value_is_allowed() -> None:
@@ -243,7 +247,9 @@ def test_skip_drops_failed_rows_and_keeps_the_rest(mixed_records, records) -> No
 def test_survivor_threshold(mixed_records) -> None:
     batch = next(iter(image_pipe().bind(mixed_records).run(on_failure=4)))
     assert len(batch) == 4
-    with pytest.raises(dataio.BatchFailedError, match="only 4 of 8 rows survived, 5 required") as info:
+    with pytest.raises(
+        dataio.BatchFailedError, match="only 4 of 8 rows survived, 5 required"
+    ) as info:
         list(image_pipe().bind(mixed_records).run(on_failure=5))
     assert len(info.value.errors) == 4
 
@@ -332,7 +338,7 @@ def test_max_prefetch_bytes(records) -> None:
     )
     per_batch = 2 * 8 * 8 * 3
     loader = pipe.bind(records).run(max_prefetch_bytes=per_batch * 2)
-    assert loader._executor._prefetch == 2
+    assert loader._prefetch == 2
     assert sum(len(b) for b in loader) == len(records)
     with pytest.raises(dataio.PlanError, match="one batch needs 384 bytes"):
         pipe.bind(records).run(max_prefetch_bytes=100)

@@ -1,0 +1,139 @@
+"""Archive sources: ``webdataset`` shards and single ``archive`` files (tar, tar.gz, zip).
+
+Members are grouped into one record per sample key, WebDataset style: for a member
+``dir/0001.seg.png`` the key is ``dir/0001`` and the field is ``seg.png``. Members of one
+sample must be adjacent, as WebDataset writers produce them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import tarfile
+import zipfile
+from collections.abc import Iterator
+from typing import Any
+
+from dataio.exceptions import DataioError, NotFoundError, PlanError
+from dataio.sources.base import Source
+
+__all__ = ["archive", "expand_braces", "webdataset"]
+
+_BRACE = re.compile(r"\{(\d+)\.\.(\d+)\}")
+
+
+def expand_braces(pattern: str) -> list[str]:
+    """Expand WebDataset brace ranges: ``"s-{00..02}.tar"`` -> ``s-00.tar, s-01.tar, s-02.tar``.
+
+    Zero padding follows the first bound's width; several ranges expand as a product.
+    """
+    parts = _BRACE.split(pattern)
+    pieces: list[list[str]] = []
+    for i, part in enumerate(parts):
+        if i % 3 == 0:
+            pieces.append([part])
+        elif i % 3 == 1:
+            low, high = part, parts[i + 1]
+            if int(high) < int(low):
+                raise PlanError(f"brace range {{{low}..{high}}} in {pattern!r} runs backwards")
+            width = len(low)
+            pieces.append([str(n).zfill(width) for n in range(int(low), int(high) + 1)])
+    return ["".join(combo) for combo in itertools.product(*pieces)]
+
+
+def _split_member(name: str) -> tuple[str, str]:
+    directory, base = os.path.split(name)
+    if "." not in base:
+        return name, ""
+    stem, ext = base.split(".", 1)
+    return (os.path.join(directory, stem) if directory else stem), ext.lower()
+
+
+def _tar_members(path: str) -> Iterator[tuple[str, bytes]]:
+    try:
+        with tarfile.open(path, "r:*") as tar:
+            for member in tar:
+                if not member.isfile():
+                    continue
+                handle = tar.extractfile(member)
+                if handle is not None:
+                    yield member.name, handle.read()
+    except FileNotFoundError:
+        raise NotFoundError(f"archive {path!r} does not exist") from None
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise DataioError(
+            f"archive {path!r} is corrupt or truncated ({exc}); re-create or re-download it"
+        ) from exc
+
+
+def _zip_members(path: str) -> Iterator[tuple[str, bytes]]:
+    try:
+        with zipfile.ZipFile(path) as archive_file:
+            for info in archive_file.infolist():
+                if not info.is_dir():
+                    yield info.filename, archive_file.read(info)
+    except FileNotFoundError:
+        raise NotFoundError(f"archive {path!r} does not exist") from None
+    except (zipfile.BadZipFile, EOFError, OSError) as exc:
+        raise DataioError(
+            f"archive {path!r} is corrupt or truncated ({exc}); re-create or re-download it"
+        ) from exc
+
+
+def _members(path: str) -> Iterator[tuple[str, bytes]]:
+    if path.lower().endswith(".zip"):
+        return _zip_members(path)
+    return _tar_members(path)
+
+
+def _samples(path: str) -> Iterator[dict[str, Any]]:
+    current: dict[str, Any] | None = None
+    for name, data in _members(path):
+        key, field = _split_member(name)
+        if not field or field.startswith("__"):
+            continue
+        if current is None or current["__key__"] != key:
+            if current is not None:
+                yield current
+            current = {"__key__": key, "__url__": path}
+        current[field] = data
+    if current is not None:
+        yield current
+
+
+class ArchiveSource(Source):
+    """Samples of one or more archives, read in order; each pass reopens the files."""
+
+    def __init__(self, paths: list[str], description: dict[str, Any]) -> None:
+        self.paths = paths
+        self._description = description
+
+    def iterate(self) -> Iterator[Any]:
+        """Read the archives one after the other, grouping members into samples."""
+        for path in self.paths:
+            yield from _samples(path)
+
+    def describe(self) -> dict[str, Any]:
+        """The pattern or path."""
+        return dict(self._description)
+
+
+def webdataset(pattern: str | os.PathLike[str]) -> ArchiveSource:
+    """Samples from WebDataset tar shards named by a brace pattern, in shard order.
+
+    Example:
+        >>> source = dataio.webdataset("/data/shard-{0000..0099}.tar")  # doctest: +SKIP
+    """
+    text = os.fspath(pattern)
+    return ArchiveSource(expand_braces(text), {"source": "webdataset", "pattern": text})
+
+
+def archive(path: str | os.PathLike[str]) -> ArchiveSource:
+    """Samples from one tar (optionally compressed) or zip archive.
+
+    Example:
+        >>> source = dataio.archive("/data/images.zip")  # doctest: +SKIP
+    """
+    text = os.fspath(path)
+    return ArchiveSource([text], {"source": "archive", "path": text})

@@ -1,0 +1,165 @@
+"""Record sources: immutable descriptions of a record stream, opened once per pass.
+
+A :class:`Source` knows how to start a pass (:meth:`Source.iterate`), whether its length
+is known, and — for indexed sources — how to read rows by position, alone or in bulk.
+Combinators (:meth:`Source.map_records`, :meth:`Source.filter`, :meth:`Source.shuffle`,
+...) return new sources; nothing is read until a loader starts a pass.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+from dataio.exceptions import DataioError, PlanError
+
+__all__ = ["IndexedSource", "Source", "callable_name", "source_signature"]
+
+
+def callable_name(fn: Any) -> str:
+    """Name a Python callable for signatures: module and qualified name, not code."""
+    module = getattr(fn, "__module__", None) or "?"
+    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    return f"{module}.{name}"
+
+
+class Source:
+    """A record stream. Subclasses implement :meth:`iterate` and :meth:`describe`."""
+
+    #: True when :meth:`iterate` may be called once only.
+    single_pass: bool = False
+
+    def iterate(self) -> Iterator[Any]:
+        """Start a pass over the records."""
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-ready description of the tracked configuration (for signatures)."""
+        raise NotImplementedError
+
+    def length(self) -> int | None:
+        """The number of records when known without reading them, else ``None``."""
+        return None
+
+    @property
+    def configured(self) -> bool:
+        """True when the source carries tracked configuration beyond its adapter."""
+        return False
+
+    def signature(self) -> str:
+        """A stable hex digest of :meth:`describe`."""
+        return source_signature(self.describe())
+
+    def __len__(self) -> int:
+        n = self.length()
+        if n is None:
+            raise TypeError(f"{type(self).__name__} has no known length")
+        return n
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.iterate()
+
+    # -- combinators ---------------------------------------------------------------
+
+    def map_records(self, fn: Callable[[Any], Any]) -> Source:
+        """Map each record to one record (lazily, in order).
+
+        Example:
+            >>> dataio.records([1, 2]).map_records(lambda x: {"v": x})  # doctest: +SKIP
+        """
+        from dataio.sources.combinators import Mapped
+
+        return Mapped(self, _check_callable(fn, "map_records"))
+
+    def flat_map_records(self, fn: Callable[[Any], Iterable[Any]]) -> Source:
+        """Expand each record into zero or more records, in order; the length becomes unknown.
+
+        ``fn`` returns an iterable of complete records: wrap a single mapping in a list.
+        """
+        from dataio.sources.combinators import FlatMapped
+
+        return FlatMapped(self, _check_callable(fn, "flat_map_records"))
+
+    def filter(self, predicate: Callable[[Any], bool]) -> Source:
+        """Keep the records for which ``predicate`` is true; the length becomes unknown."""
+        from dataio.sources.combinators import Filtered
+
+        return Filtered(self, _check_callable(predicate, "filter"))
+
+    def concat(self, *others: Any) -> Source:
+        """Append other sources; each is opened only when the previous one is exhausted."""
+        from dataio.sources.adapters import records
+        from dataio.sources.combinators import Concat
+
+        children = [self, *(o if isinstance(o, Source) else records(o) for o in others)]
+        return Concat(tuple(children))
+
+    def shuffle(self, *, seed: int, buffer_size: int | None = None) -> Source:
+        """Shuffle with a fixed ``seed``.
+
+        With ``buffer_size`` a bounded buffer mixes nearby records (works on single-pass
+        sources). Without it the whole order is permuted: indexed sources use a seeded
+        permutation of positions in O(1) memory; other reusable sources are read into a
+        list first; single-pass sequential sources are refused.
+        """
+        from dataio.sources.combinators import BufferShuffled, PermutedSequential
+        from dataio.sources.permutation import PermutedIndexed
+
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise PlanError(f"shuffle seed must be a non-negative integer, got {seed!r}")
+        if buffer_size is not None:
+            if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size < 1:
+                raise PlanError(
+                    f"shuffle buffer_size must be a positive integer, got {buffer_size!r}"
+                )
+            return BufferShuffled(self, seed, buffer_size)
+        if isinstance(self, IndexedSource):
+            return PermutedIndexed(self, seed)
+        if self.single_pass:
+            raise PlanError(
+                "a full shuffle of a single-pass source would need to read it all first; "
+                "pass buffer_size= for a bounded shuffle, or bind a reusable source"
+            )
+        return PermutedSequential(self, seed)
+
+
+class IndexedSource(Source):
+    """A finite source read by position: :meth:`get` and, in bulk, :meth:`get_many`."""
+
+    def length(self) -> int:
+        """The number of rows."""
+        raise NotImplementedError
+
+    def get(self, index: int) -> Any:
+        """Read the row at ``index``."""
+        raise NotImplementedError
+
+    def get_many(self, indices: Sequence[int]) -> list[Any]:
+        """Read several rows, in the order given (duplicates included)."""
+        return [self.get(i) for i in indices]
+
+    def iterate(self) -> Iterator[Any]:
+        """Read the rows in order, one at a time."""
+        return (self.get(i) for i in range(self.length()))
+
+
+def source_signature(description: dict[str, Any]) -> str:
+    """Hash a source description into the ``record_source_signature`` of checkpoints."""
+    text = json.dumps(description, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _check_callable(fn: Any, what: str) -> Any:
+    if not callable(fn):
+        raise PlanError(f"{what} needs a callable, got {fn!r}")
+    return fn
+
+
+def single_pass_error(what: str) -> DataioError:
+    """The error for a second pass over a single-pass source."""
+    return DataioError(
+        f"{what} is single-pass and was already read; build a new adapter for another "
+        "pass, or bind a reusable iterable or a zero-argument factory"
+    )

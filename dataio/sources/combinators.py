@@ -1,0 +1,197 @@
+"""Source combinators: map, flat map, filter, concat and shuffles. All lazy."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from dataio.exceptions import DataioError
+from dataio.sources.base import IndexedSource, Source, callable_name
+
+__all__ = ["BufferShuffled", "Concat", "Filtered", "FlatMapped", "Mapped", "PermutedSequential"]
+
+
+class _Derived(Source):
+    """A source computed from one parent: single-pass when the parent is."""
+
+    def __init__(self, parent: Source) -> None:
+        self.parent = parent
+        self.single_pass = parent.single_pass
+
+    @property
+    def configured(self) -> bool:
+        """Every combinator is tracked configuration."""
+        return True
+
+
+class Mapped(_Derived):
+    """One record in, one record out. Keeps the length and indexed access."""
+
+    def __new__(cls, parent: Source, fn: Callable[[Any], Any]) -> Mapped:
+        if isinstance(parent, IndexedSource) and cls is Mapped:
+            return super().__new__(MappedIndexed)
+        return super().__new__(cls)
+
+    def __init__(self, parent: Source, fn: Callable[[Any], Any]) -> None:
+        super().__init__(parent)
+        self.fn = fn
+
+    def iterate(self) -> Iterator[Any]:
+        """Map the parent's records in order."""
+        return map(self.fn, self.parent.iterate())
+
+    def length(self) -> int | None:
+        """The parent's length."""
+        return self.parent.length()
+
+    def describe(self) -> dict[str, Any]:
+        """The parent and the function's name."""
+        return {"map_records": callable_name(self.fn), "of": self.parent.describe()}
+
+
+class MappedIndexed(Mapped, IndexedSource):
+    """A map over an indexed source: rows are read (in bulk when possible), then mapped."""
+
+    parent: IndexedSource
+
+    def length(self) -> int:
+        """The parent's length."""
+        return self.parent.length()
+
+    def get(self, index: int) -> Any:
+        """Read and map one row."""
+        return self.fn(self.parent.get(index))
+
+    def get_many(self, indices: Sequence[int]) -> list[Any]:
+        """Read rows in bulk from the parent, then map each."""
+        return [self.fn(row) for row in self.parent.get_many(indices)]
+
+    def iterate(self) -> Iterator[Any]:
+        """Map the parent's rows in order."""
+        return map(self.fn, self.parent.iterate())
+
+
+class FlatMapped(_Derived):
+    """Each record expands into zero or more records; the length is unknown."""
+
+    def __init__(self, parent: Source, fn: Callable[[Any], Iterable[Any]]) -> None:
+        super().__init__(parent)
+        self.fn = fn
+
+    def iterate(self) -> Iterator[Any]:
+        """Expand the parent's records in order."""
+        for record in self.parent.iterate():
+            children = self.fn(record)
+            if isinstance(children, dict | bytes | str) or not isinstance(children, Iterable):
+                raise DataioError(
+                    f"flat_map_records function {callable_name(self.fn)} returned "
+                    f"{type(children).__name__}; return an iterable of records "
+                    "(wrap a single record in a list)"
+                )
+            yield from children
+
+    def describe(self) -> dict[str, Any]:
+        """The parent and the function's name."""
+        return {"flat_map_records": callable_name(self.fn), "of": self.parent.describe()}
+
+
+class Filtered(_Derived):
+    """Records for which a predicate holds; the length is unknown."""
+
+    def __init__(self, parent: Source, predicate: Callable[[Any], bool]) -> None:
+        super().__init__(parent)
+        self.predicate = predicate
+
+    def iterate(self) -> Iterator[Any]:
+        """Filter the parent's records in order."""
+        return filter(self.predicate, self.parent.iterate())
+
+    def describe(self) -> dict[str, Any]:
+        """The parent and the predicate's name."""
+        return {"filter": callable_name(self.predicate), "of": self.parent.describe()}
+
+
+class Concat(Source):
+    """Sources one after the other; a child is opened only when the one before ends."""
+
+    def __init__(self, children: tuple[Source, ...]) -> None:
+        self.children = children
+        self.single_pass = any(c.single_pass for c in children)
+
+    def iterate(self) -> Iterator[Any]:
+        """Yield each child's records in turn, opening children lazily."""
+        for child in self.children:
+            yield from child.iterate()
+
+    def length(self) -> int | None:
+        """The sum of the children's lengths when all are known."""
+        lengths = [c.length() for c in self.children]
+        return None if any(n is None for n in lengths) else sum(lengths)  # type: ignore[arg-type]
+
+    def describe(self) -> dict[str, Any]:
+        """Every child, in order."""
+        return {"concat": [c.describe() for c in self.children]}
+
+    @property
+    def configured(self) -> bool:
+        """Composition is tracked configuration."""
+        return True
+
+
+class BufferShuffled(_Derived):
+    """A bounded shuffle buffer of ``buffer_size`` pending records, seeded."""
+
+    def __init__(self, parent: Source, seed: int, buffer_size: int) -> None:
+        super().__init__(parent)
+        self.seed = seed
+        self.buffer_size = buffer_size
+
+    def iterate(self) -> Iterator[Any]:
+        """Fill the buffer, then emit a random pending record for each new one."""
+        rng = random.Random(self.seed)
+        buffer: list[Any] = []
+        for record in self.parent.iterate():
+            if len(buffer) < self.buffer_size:
+                buffer.append(record)
+                continue
+            slot = rng.randrange(self.buffer_size)
+            yield buffer[slot]
+            buffer[slot] = record
+        rng.shuffle(buffer)
+        yield from buffer
+
+    def length(self) -> int | None:
+        """The parent's length."""
+        return self.parent.length()
+
+    def describe(self) -> dict[str, Any]:
+        """Shuffle settings and the parent."""
+        return {
+            "shuffle": {"seed": self.seed, "buffer_size": self.buffer_size},
+            "of": self.parent.describe(),
+        }
+
+
+class PermutedSequential(_Derived):
+    """A full permutation of a reusable, non-indexed source: read into a list first."""
+
+    def __init__(self, parent: Source, seed: int) -> None:
+        super().__init__(parent)
+        self.seed = seed
+
+    def iterate(self) -> Iterator[Any]:
+        """Materialize one pass, then yield it in a seeded order."""
+        rows = list(self.parent.iterate())
+        order = np.random.default_rng(self.seed).permutation(len(rows))
+        return (rows[i] for i in order)
+
+    def length(self) -> int | None:
+        """The parent's length."""
+        return self.parent.length()
+
+    def describe(self) -> dict[str, Any]:
+        """Shuffle settings and the parent."""
+        return {"shuffle": {"seed": self.seed, "buffer_size": None}, "of": self.parent.describe()}

@@ -1,0 +1,148 @@
+"""File-backed sources: ``files``, ``urls`` and ``manifest`` (JSON lines, CSV, Parquet)."""
+
+from __future__ import annotations
+
+import csv
+import glob as globlib
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from dataio.exceptions import DataioError, NotFoundError, PlanError
+from dataio.sources.base import IndexedSource
+
+__all__ = ["files", "manifest", "urls"]
+
+
+class ListSource(IndexedSource):
+    """Rows computed on first use (a glob, a manifest read), then read by position."""
+
+    def __init__(self, description: dict[str, Any], load: Any) -> None:
+        self._description = description
+        self._load = load
+        self._rows: list[Any] | None = None
+
+    def rows(self) -> list[Any]:
+        """The rows, loaded on first call."""
+        if self._rows is None:
+            self._rows = self._load()
+        return self._rows
+
+    def length(self) -> int:
+        """The number of rows (loads them)."""
+        return len(self.rows())
+
+    def get(self, index: int) -> Any:
+        """One row."""
+        return self.rows()[index]
+
+    def get_many(self, indices: Sequence[int]) -> list[Any]:
+        """Several rows, in order."""
+        rows = self.rows()
+        return [rows[i] for i in indices]
+
+    def describe(self) -> dict[str, Any]:
+        """What was asked for (the pattern or path), not the rows."""
+        return dict(self._description)
+
+
+def _key_of(path: str) -> str:
+    name = os.path.basename(path)
+    return name.split(".", 1)[0] if not name.startswith(".") else name
+
+
+def files(pattern: str | os.PathLike[str]) -> ListSource:
+    """Records ``{"key", "path"}`` for the files matching a glob (``**`` recurses), sorted.
+
+    The pattern is expanded when a loader starts, not here.
+
+    Example:
+        >>> source = dataio.files("/data/train/**/*.jpg")  # doctest: +SKIP
+    """
+    text = os.fspath(pattern)
+
+    def load() -> list[dict[str, str]]:
+        paths = sorted(p for p in globlib.glob(text, recursive=True) if os.path.isfile(p))
+        if not paths:
+            raise NotFoundError(f"no files match {text!r}; check the pattern and the directory")
+        return [{"key": _key_of(p), "path": p} for p in paths]
+
+    return ListSource({"source": "files", "pattern": text}, load)
+
+
+def urls(items: Sequence[str]) -> ListSource:
+    """Records ``{"key", "url"}`` for a list of URIs or paths, in order.
+
+    Example:
+        >>> len(dataio.urls(["s3://bucket/a.jpg", "s3://bucket/b.jpg"]))
+        2
+    """
+    if isinstance(items, str) or not isinstance(items, Sequence):
+        raise PlanError("urls() needs a list of strings; for one URI pass [uri]")
+    listed = [os.fspath(u) for u in items]
+    bad = [u for u in listed if not isinstance(u, str)]
+    if bad:
+        raise PlanError(f"urls() needs strings, got {bad[0]!r}")
+    rows = [{"key": _key_of(u.rstrip("/")), "url": u} for u in listed]
+    return ListSource({"source": "urls", "count": len(rows)}, lambda: rows)
+
+
+def manifest(path: str | os.PathLike[str], *, format: str | None = None) -> ListSource:
+    """Records from a manifest file: JSON lines, CSV (with a header) or Parquet.
+
+    The format comes from the extension (``.jsonl``/``.json``/``.ndjson``, ``.csv``,
+    ``.parquet``) unless ``format`` says otherwise. The file is read when a loader
+    starts.
+
+    Example:
+        >>> source = dataio.manifest("train.jsonl")  # doctest: +SKIP
+    """
+    text = os.fspath(path)
+    kind = format or _manifest_format(text)
+
+    def load() -> list[Any]:
+        if not Path(text).exists():
+            raise NotFoundError(f"manifest {text!r} does not exist")
+        if kind == "jsonl":
+            return _read_jsonl(text)
+        if kind == "csv":
+            with open(text, newline="", encoding="utf-8") as handle:
+                return list(csv.DictReader(handle))
+        import pyarrow.parquet as pq
+
+        return pq.read_table(text).to_pylist()
+
+    return ListSource({"source": "manifest", "path": text, "format": kind}, load)
+
+
+def _manifest_format(path: str) -> str:
+    lower = path.lower()
+    for suffixes, kind in (
+        ((".jsonl", ".ndjson", ".json"), "jsonl"),
+        ((".csv",), "csv"),
+        ((".parquet", ".pq"), "parquet"),
+    ):
+        if lower.endswith(suffixes):
+            return kind
+    raise PlanError(
+        f"cannot tell the manifest format of {path!r}; use a .jsonl, .csv or .parquet "
+        "file or pass format='jsonl' | 'csv' | 'parquet'"
+    )
+
+
+def _read_jsonl(path: str) -> list[Any]:
+    rows = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise DataioError(
+                    f"manifest {path!r} line {number} is not valid JSON ({exc.msg}); "
+                    "a JSON-lines manifest holds one object per line"
+                ) from None
+    return rows

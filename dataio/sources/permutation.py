@@ -1,0 +1,96 @@
+"""A seeded permutation of ``range(n)`` computed per position, in O(1) memory.
+
+A six-round Feistel network is a bijection on ``2**(2*half_bits)`` values; cycle walking
+(re-applying it until the value falls below ``n``) restricts it to ``range(n)``. Each
+position costs a few integer hashes, so shuffling a billion-row index needs no list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from dataio.sources.base import IndexedSource
+
+__all__ = ["FeistelPermutation", "PermutedIndexed"]
+
+_MASK64 = (1 << 64) - 1
+
+
+def _mix(value: int) -> int:
+    # splitmix64's finalizer: a fast, well-distributed 64-bit hash
+    value = (value + 0x9E3779B97F4A7C15) & _MASK64
+    value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return value ^ (value >> 31)
+
+
+class FeistelPermutation:
+    """``perm[i]`` for a seeded permutation of ``range(n)``."""
+
+    ROUNDS = 6
+
+    def __init__(self, n: int, seed: int) -> None:
+        self.n = n
+        bits = max(2, (max(n, 2) - 1).bit_length())
+        self.half = (bits + 1) // 2
+        self.mask = (1 << self.half) - 1
+        self.keys = [_mix(_mix(seed) ^ (r + 1)) for r in range(self.ROUNDS)]
+
+    def _encrypt(self, value: int) -> int:
+        left, right = value >> self.half, value & self.mask
+        for key in self.keys:
+            left, right = right, left ^ (_mix(right ^ key) & self.mask)
+        return (left << self.half) | right
+
+    def __getitem__(self, index: int) -> int:
+        if not 0 <= index < self.n:
+            raise IndexError(index)
+        value = self._encrypt(index)
+        while value >= self.n:  # cycle walking stays inside range(n)
+            value = self._encrypt(value)
+        return value
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[int]:
+        return (self[i] for i in range(self.n))
+
+
+class PermutedIndexed(IndexedSource):
+    """An indexed source read in a seeded order; bulk reads get the remapped positions."""
+
+    def __init__(self, parent: IndexedSource, seed: int) -> None:
+        self.parent = parent
+        self.seed = seed
+        self.single_pass = parent.single_pass
+        self._perm: FeistelPermutation | None = None
+
+    def _permutation(self) -> FeistelPermutation:
+        n = self.parent.length()
+        if self._perm is None or self._perm.n != n:
+            self._perm = FeistelPermutation(n, self.seed)
+        return self._perm
+
+    def length(self) -> int:
+        """The parent's length."""
+        return self.parent.length()
+
+    def get(self, index: int) -> Any:
+        """The row at permuted position ``index``."""
+        return self.parent.get(self._permutation()[index])
+
+    def get_many(self, indices: Sequence[int]) -> list[Any]:
+        """Forward the remapped positions to the parent's bulk read."""
+        perm = self._permutation()
+        return self.parent.get_many([perm[i] for i in indices])
+
+    def describe(self) -> dict[str, Any]:
+        """Shuffle settings and the parent."""
+        return {"shuffle": {"seed": self.seed, "buffer_size": None}, "of": self.parent.describe()}
+
+    @property
+    def configured(self) -> bool:
+        """A shuffle is tracked configuration."""
+        return True
