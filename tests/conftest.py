@@ -31,3 +31,18 @@ def png_bytes() -> bytes:
 def records(jpeg_paths: list[Path]) -> list[dict[str, object]]:
     """Records with a path, a label and a key for each JPEG."""
     return [{"image": str(p), "label": i, "key": p.stem} for i, p in enumerate(jpeg_paths)]
+
+
+@pytest.fixture(scope="session")
+def tiny_images() -> list[bytes]:
+    """Eight small JPEGs (20..40 px) as bytes, cheap to decode in property tests."""
+    from PIL import Image
+
+    rng = np.random.default_rng(11)
+    out = []
+    for _ in range(8):
+        w, h = (int(v) for v in rng.integers(20, 41, 2))
+        buffer = io.BytesIO()
+        Image.fromarray(photo_like(w, h, rng)).save(buffer, format="JPEG", quality=90)
+        out.append(buffer.getvalue())
+    return out

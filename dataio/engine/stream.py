@@ -107,7 +107,8 @@ def _indexed_batches(
     count = len(positions)
     if shape.drop_last:
         count -= count % size
-    for start in range((skip // size) * size, count, size):
+    first = (skip // size) * size if skip < count else count
+    for start in range(first, count, size):
         wanted = list(positions[start : min(start + size, count)])
         yield Chunk(start, wanted, source.get_many(wanted))
 
