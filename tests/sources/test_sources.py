@@ -114,7 +114,7 @@ def source_kinds(images: list[bytes], tmp: Path) -> dict[str, Callable[[], Any]]
         "zip": lambda: dataio.archive(tmp / "all.zip").map_records(tar_record),
         "concat": lambda: dataio.records(rows[:7]).concat(Reusable(rows[7:15]), rows[15:]),
         "flat_map": lambda: dataio.records(rows).flat_map_records(expand),
-        "filter": lambda: dataio.records(rows + [{"v": -1}]).filter(lambda r: r["v"] >= 0),
+        "filter": lambda: dataio.records([*rows, {"v": -1}]).filter(lambda r: r["v"] >= 0),
     }
 
 
@@ -385,7 +385,7 @@ def test_from_sampler_with_group_by_keeps_sampler_batches() -> None:
     plan = dataio.pipeline(dataio.slot("meta").passthrough(), dataio.group_by("batch_id"))
     batches = list(plan.bind(source).run())
     assert [[m["id"] for m in b["meta"]] for b in batches] == [[0, 3], [1], [2, 4, 6], [5]]
-    assert [b.keys for b in batches][0] == [0, 3]
+    assert next(b.keys for b in batches) == [0, 3]
     record = next(iter(dataio.from_sampler([[{"a": {"x": 1}}]])))
     assert record == {"a": {"x": 1}, "batch_id": 0}
     original = {"a": [1]}
@@ -464,7 +464,7 @@ def test_corrupt_tar_member_is_skipped_and_reported(tmp_path: Path, tiny_images)
 def test_truncated_archive_names_the_file(tmp_path: Path, tiny_images) -> None:
     path = write_tar(tmp_path / "t-0.tar", make_rows(tiny_images, 4))
     path.write_bytes(path.read_bytes()[:1500])
-    with pytest.raises(dataio.DataioError, match="t-0.tar"):
+    with pytest.raises(dataio.DataioError, match=r"t-0\.tar"):
         list(dataio.webdataset(str(tmp_path / "t-{0..0}.tar")))
     with pytest.raises(dataio.NotFoundError):
         list(dataio.archive(tmp_path / "missing.zip"))
