@@ -123,7 +123,10 @@ class Executor:
         self._exhausted = False
         self._closed = False
         self._jobs: deque[BatchJob] = deque()
-        self._queue: deque[tuple[BatchJob, int]] = deque()
+        # Passthrough-only plans have no kernel worth a task per record: one task per
+        # batch avoids ~10 us of scheduling per record.
+        self._whole_jobs = all(kernel.passthrough for kernel in kernels)
+        self._queue: deque[tuple[BatchJob, range]] = deque()
         self._running: set[concurrent.futures.Future[None]] = set()
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
@@ -161,7 +164,11 @@ class Executor:
             job = BatchJob(chunk.positions, chunk.records, self._kernels, chunk.end)
             with self._lock:
                 self._jobs.append(job)
-                self._queue.extend((job, row) for row in range(len(chunk.records)))
+                rows = range(len(chunk.records))
+                if self._whole_jobs:
+                    self._queue.append((job, rows))
+                else:
+                    self._queue.extend((job, rows[row : row + 1]) for row in rows)
             self._admit()
 
     def close(self, *, wait: bool = True) -> None:
@@ -187,8 +194,8 @@ class Executor:
     def _admit(self) -> None:
         with self._lock:
             while self._queue and len(self._running) < self._limit and not self._closed:
-                job, row = self._queue.popleft()
-                future = cpu_pool().submit(self._run_record, job, row)
+                job, rows = self._queue.popleft()
+                future = cpu_pool().submit(self._run_rows, job, rows)
                 self._running.add(future)
                 future.add_done_callback(self._finished)
 
@@ -197,12 +204,13 @@ class Executor:
             self._running.discard(future)
         self._admit()
 
-    def _run_record(self, job: BatchJob, row: int) -> None:
+    def _run_rows(self, job: BatchJob, rows: range) -> None:
         try:
-            self._process(job, row)
+            for row in rows:
+                self._process(job, row)
         finally:
             with self._cond:
-                job.remaining -= 1
+                job.remaining -= len(rows)
                 if job.remaining == 0:
                     job.done = True
                     self._cond.notify_all()
