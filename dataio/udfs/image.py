@@ -40,6 +40,7 @@ _PIL_MODES = {"rgb": "RGB", "gray": "L", "rgba": "RGBA"}
 _SIMPLEJPEG_SPACES = {"rgb": "RGB", "gray": "GRAY", "rgba": "RGBA"}
 CHANNELS = {"rgb": 3, "gray": 1, "rgba": 4}
 _JPEG_MAGIC = b"\xff\xd8\xff"
+_MAGICS = ((_JPEG_MAGIC, "JPEG"), (b"\x89PNG\r\n\x1a\n", "PNG"))
 # DCT scaling keeps the decoded box at least this many times the output size, so the
 # antialiased resample that follows hides the IDCT's approximation: measured here on
 # photo-like JPEGs, a gap of 2 keeps every crop >= 40 dB PSNR from the full-decode
@@ -224,11 +225,19 @@ def _open(data: bytes | bytearray | memoryview) -> Any:
         return Image.open(io.BytesIO(data))
     except UnidentifiedImageError:
         head = bytes(data[:8])
+        known = next((name for magic, name in _MAGICS if head.startswith(magic)), None)
+        if known is not None:
+            raise DecodeError(
+                f"the {known} header is corrupt or truncated (first bytes {head!r}); "
+                "check that the file was written completely"
+            ) from None
         raise DecodeError(
             f"not a recognised image format (first bytes {head!r}); "
             "expected JPEG, PNG, WebP, BMP, GIF or TIFF"
         ) from None
-    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+    # Warning: Pillow warns about corrupt metadata; where warnings are errors, the
+    # corrupt file must still surface as a DecodeError the caller can skip.
+    except (OSError, ValueError, Image.DecompressionBombError, Warning) as exc:
         raise DecodeError(f"cannot read the image header: {exc}") from exc
 
 
@@ -244,7 +253,7 @@ def _load(im: Any, mode: str) -> Any:
     try:
         im.load()
         return im if im.mode == _PIL_MODES[mode] else im.convert(_PIL_MODES[mode])
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError, Warning) as exc:
         raise DecodeError(f"the image is corrupt or truncated: {exc}") from exc
 
 
@@ -285,6 +294,10 @@ def _decode_geometry(
             pixels = pixels[y0:y1, x0:x1]
         else:
             left, top, right, bottom = geo.box
+            # The source extent in decoded pixels. A DCT-scaled decode maps source x to
+            # exactly x / scale, while its pixel size is rounded up, so the scale comes
+            # from the extent draft() reports, not from the decoded size.
+            extent: tuple[float, float] = (width, height)
             if im.format == "JPEG":
                 factor = min((right - left) / geo.size[0], (bottom - top) / geo.size[1])
                 if factor >= 2 * DRAFT_GAP:
@@ -292,9 +305,11 @@ def _decode_geometry(
                         math.ceil(width * DRAFT_GAP / factor),
                         math.ceil(height * DRAFT_GAP / factor),
                     )
-                    im.draft(_PIL_MODES[spec.mode], want)
+                    drafted = im.draft(_PIL_MODES[spec.mode], want)
+                    if drafted is not None:
+                        extent = drafted[1][2], drafted[1][3]
             loaded = _load(im, spec.mode)
-            sx, sy = loaded.size[0] / width, loaded.size[1] / height
+            sx, sy = extent[0] / width, extent[1] / height
             box = (left * sx, top * sy, right * sx, bottom * sy)
             if geo.is_plain_crop() and (sx, sy) == (1.0, 1.0):
                 out = loaded.crop(tuple(int(v) for v in box))
@@ -383,7 +398,7 @@ def decode_image_array(values: Any, modes: Any) -> Any:
         widths.append(image.shape[1])
         channels.append(image.shape[2])
         pixels.append(image.tobytes())
-    mask = pa.array([p is None for p in pixels])
+    mask = pa.array([p is None for p in pixels], pa.bool_())  # typed: a batch may be empty
     return pa.StructArray.from_arrays(
         [
             pa.array(heights, pa.int32()),
@@ -413,5 +428,5 @@ def image_size_array(values: Any) -> Any:
     return pa.StructArray.from_arrays(
         [pa.array(heights, pa.int32()), pa.array(widths, pa.int32())],
         names=["height", "width"],
-        mask=pa.array([h is None for h in heights]),
+        mask=pa.array([h is None for h in heights], pa.bool_()),
     )
