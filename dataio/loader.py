@@ -6,6 +6,8 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from dataio.engine.assemble import FailurePolicy, assemble
 from dataio.engine.executor import Executor
 from dataio.engine.export import to_arrow, to_torch
@@ -298,7 +300,7 @@ def _prefetch_for_bytes(kernels: Sequence[Any], batch_size: int | None, limit: i
                 f"max_prefetch_bytes needs fixed-size outputs; slot {kernel.name!r} has a "
                 "variable shape (end its chain with resize or a crop)"
             )
-        per_batch += batch_size * math.prod(shape) * kernel.dtype.itemsize
+        per_batch += batch_size * math.prod(shape) * np.dtype(kernel.dtype).itemsize
     if per_batch > limit:
         raise PlanError(
             f"one batch needs {per_batch} bytes, more than max_prefetch_bytes={limit}; "

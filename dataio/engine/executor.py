@@ -27,7 +27,6 @@ from dataio.engine.stream import Chunk
 from dataio.exceptions import DataioError, DecodeError, FieldError
 from dataio.io import read_bytes
 from dataio.pipeline import Map
-from dataio.udfs.image import run_chain
 
 __all__ = ["BatchJob", "Executor", "record_rng"]
 
@@ -58,7 +57,7 @@ class BatchJob:
     end: int = 0
     buffers: dict[str, np.ndarray] = field(default_factory=dict)
     values: dict[str, list[Any]] = field(default_factory=dict)
-    sizes: dict[str, list[tuple[int, int] | None]] = field(default_factory=dict)
+    sizes: dict[str, list[tuple[int, ...] | None]] = field(default_factory=dict)
     keys: list[Any] = field(default_factory=list)
     errors: list[DataioError | None] = field(default_factory=list)
     fatal: list[tuple[int, BaseException]] = field(default_factory=list)
@@ -257,15 +256,14 @@ class Executor:
                 f"field {kernel.field!r} is not in the record; available fields: {sorted(record)}"
             )
         value = record[kernel.field]
-        if kernel.image is None:
+        if kernel.run is None:
             job.values[kernel.name][row] = value
             return
-        spec = kernel.image
-        rng = record_rng(self._seed, self._epoch, index, number) if spec.random else None
+        rng = record_rng(self._seed, self._epoch, index, number) if kernel.random else None
         buffer = job.buffers.get(kernel.name)
-        out, source_hw = run_chain(
-            _field_bytes(value, kernel), spec, rng, None if buffer is None else buffer[row]
+        out, source_size = kernel.run(
+            _field_bytes(value, kernel), rng, None if buffer is None else buffer[row]
         )
         if buffer is None:
             job.values[kernel.name][row] = out
-        job.sizes[kernel.name][row] = source_hw
+        job.sizes[kernel.name][row] = source_size
