@@ -26,6 +26,11 @@ import numpy as np
 
 from dataio.exceptions import DecodeError, TransformError
 
+try:  # the compiled kernel; without it Pillow resamples (slower, same results within 1 level)
+    from dataio.udfs import _resample
+except ImportError:  # pragma: no cover - exercised by forcing the fallback in tests
+    _resample = None
+
 __all__ = [
     "Geometry",
     "ImageSpec",
@@ -348,6 +353,117 @@ def write_pixels(pixels: np.ndarray, spec: ImageSpec, out: np.ndarray | None = N
     return out
 
 
+def _jpeg_header(data: bytes | bytearray | memoryview) -> tuple[int, int]:
+    import simplejpeg
+
+    try:
+        height, width, _, _ = simplejpeg.decode_jpeg_header(data)
+    except ValueError as exc:
+        raise DecodeError(f"the JPEG header is corrupt or truncated: {exc}") from exc
+    return width, height
+
+
+def _dct_scale(geo: Geometry) -> int:
+    """The power-of-two JPEG downscale (1, 2, 4 or 8) this geometry allows."""
+    left, top, right, bottom = geo.box
+    factor = min((right - left) / geo.size[0], (bottom - top) / geo.size[1]) / DRAFT_GAP
+    scale = 1
+    while scale < 8 and scale * 2 <= factor:
+        scale *= 2
+    return scale
+
+
+def _native_chain(
+    data: bytes | bytearray | memoryview,
+    spec: ImageSpec,
+    rng: np.random.Generator | None,
+    out: np.ndarray | None,
+) -> tuple[np.ndarray, tuple[int, int]]:
+    """Decode (JPEG at a DCT scale, via simplejpeg) and resample in the C kernel."""
+    assert _resample is not None
+    jpeg = bytes(data[:3]) == _JPEG_MAGIC
+    if jpeg:
+        width, height = _jpeg_header(data)
+    else:
+        with _open(data) as im:
+            width, height = im.size
+            pixels = np.asarray(_load(im, spec.mode))
+        if pixels.ndim == 2:
+            pixels = pixels[..., None]
+    geo = plan_geometry(spec.steps, width, height, rng)
+    scale = 1
+    if jpeg:
+        if not geo.is_plain_crop():
+            scale = _dct_scale(geo)
+        pixels = _decode_jpeg_scaled(data, spec.mode, width, height, scale)
+    if geo.is_plain_crop():
+        x0, y0, x1, y1 = (int(v) for v in geo.box)
+        cropped = pixels[y0:y1, x0:x1]
+        if geo.hflip:
+            cropped = cropped[:, ::-1]
+        if geo.vflip:
+            cropped = cropped[::-1]
+        return write_pixels(cropped, spec, out), (height, width)
+    out_w, out_h = geo.size
+    if out is None:
+        shape = (
+            (spec.channels, out_h, out_w) if spec.layout == "CHW" else (out_h, out_w, spec.channels)
+        )
+        out = np.empty(shape, np.float32 if spec.dtype == "float32" else np.uint8)
+    elif out.shape != (
+        (spec.channels, out_h, out_w) if spec.layout == "CHW" else (out_h, out_w, spec.channels)
+    ):
+        raise TransformError(
+            f"the image gives {out_h}x{out_w} but the batch holds {out.shape}; "
+            "end the chain with a fixed-size op such as center_crop or resize"
+        )
+    src = np.ascontiguousarray(pixels)
+    # a 1/scale DCT decode maps x to exactly x / scale; clamp float rounding at the edges
+    left, top, right, bottom = (v / scale for v in geo.box)
+    box = (max(left, 0.0), max(top, 0.0), min(right, src.shape[1]), min(bottom, src.shape[0]))
+    _resample.resample_into(
+        src,
+        src.shape[0],
+        src.shape[1],
+        src.shape[2],
+        box,
+        out,
+        out_h,
+        out_w,
+        spec.layout == "CHW",
+        spec.dtype == "float32",
+        None if spec.scale is None else spec.scale.tolist(),
+        None if spec.bias is None else spec.bias.tolist(),
+        geo.hflip,
+        geo.vflip,
+    )
+    return out, (height, width)
+
+
+def _decode_jpeg_scaled(
+    data: bytes | bytearray | memoryview, mode: str, width: int, height: int, scale: int
+) -> np.ndarray:
+    if scale == 1:
+        return _decode_jpeg_full(data, mode)
+    import simplejpeg
+
+    try:
+        return simplejpeg.decode_jpeg(
+            data,
+            colorspace=_SIMPLEJPEG_SPACES[mode],
+            strict=True,
+            min_width=math.ceil(width / scale),
+            min_height=math.ceil(height / scale),
+        )
+    except ValueError as exc:
+        raise DecodeError(f"the JPEG is corrupt or truncated: {exc}") from exc
+
+
+def native_available() -> bool:
+    """True when the compiled resampling kernel is importable (else Pillow resamples)."""
+    return _resample is not None
+
+
 def run_chain(
     data: bytes | bytearray | memoryview,
     spec: ImageSpec,
@@ -360,11 +476,12 @@ def run_chain(
     """
     if spec.random and rng is None:
         raise TransformError("this chain has random ops; pass the record's generator")
-    if spec.steps:
-        pixels, source_hw = _decode_geometry(data, spec, rng)
-    else:
+    if not spec.steps:
         pixels = decode_image(data, spec.mode)
-        source_hw = (pixels.shape[0], pixels.shape[1])
+        return write_pixels(pixels, spec, out), (pixels.shape[0], pixels.shape[1])
+    if _resample is not None and spec.mode != "rgba":  # Pillow resamples RGBA premultiplied
+        return _native_chain(data, spec, rng, out)
+    pixels, source_hw = _decode_geometry(data, spec, rng)
     return write_pixels(pixels, spec, out), source_hw
 
 
