@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib.metadata
 import os
 import platform
@@ -11,7 +12,8 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
@@ -19,8 +21,13 @@ import psutil
 
 __all__ = [
     "BENCH_DATA",
+    "Contender",
+    "REPO_ROOT",
     "PeakRss",
+    "compact",
     "format_table",
+    "interleave",
+    "load_average",
     "machine_lines",
     "median",
     "mib",
@@ -60,12 +67,17 @@ def _versions(packages: Sequence[str]) -> str:
     return ", ".join(found)
 
 
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages, formatted."""
+    return ", ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
 def machine_lines(packages: Sequence[str]) -> list[str]:
     """Describe the host, the worker settings, package versions and the exact command."""
     from dataio.engine.pool import cpu_workers
 
     env = os.environ.get("DATAIO_CPU_WORKERS")
-    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    load = load_average()
     memory = psutil.virtual_memory().total / 2**30
     return [
         f"machine:  {_cpu_model()}; {os.cpu_count()} cores, {usable_cores()} usable; "
@@ -144,6 +156,75 @@ def median(values: Sequence[float]) -> float:
 def mib(n: float) -> str:
     """Format a byte count in MiB."""
     return f"{n / 2**20:,.0f} MiB"
+
+
+def compact(n: float) -> str:
+    """Format a rate compactly: ``8.70M``, ``912k``, ``640``."""
+    if n >= 1e6:
+        return f"{n / 1e6:.2f}M"
+    if n >= 1e4:
+        return f"{n / 1e3:.0f}k"
+    return f"{n:.0f}"
+
+
+@dataclass
+class Contender:
+    """One way of doing a benchmark's work, and what its measured passes took.
+
+    ``run`` makes one pass and returns (items delivered, a short description of the
+    output); a pass delivering other than ``expected`` items is an error.
+    """
+
+    name: str
+    run: Callable[[], tuple[int, str]]
+    expected: int
+    children: bool = False
+    seconds: list[float] = field(default_factory=list)
+    peaks: list[int] = field(default_factory=list)
+    growth: list[int] = field(default_factory=list)
+    output: str = ""
+
+    def measure(self, *, record: bool = True) -> None:
+        """Run one pass, sampling RSS; record its time and memory unless warming up.
+
+        Garbage left by the previous pass is collected first, outside the timing, so one
+        contender's garbage is not charged to the next.
+        """
+        gc.collect()
+        with PeakRss(children=self.children) as rss:
+            start = time.perf_counter()
+            count, self.output = self.run()
+            elapsed = time.perf_counter() - start
+        if count != self.expected:
+            raise RuntimeError(f"{self.name} delivered {count} items, expected {self.expected}")
+        if record:
+            self.seconds.append(elapsed)
+            self.peaks.append(rss.peak)
+            self.growth.append(rss.peak - rss.start)
+
+    def rate(self) -> float:
+        """Median items/s over the recorded passes."""
+        return self.expected / median(self.seconds)
+
+    def spread(self) -> str:
+        """The slowest and fastest recorded pass, as items/s."""
+        slow, fast = self.expected / max(self.seconds), self.expected / min(self.seconds)
+        return f"{compact(slow)}..{compact(fast)}"
+
+
+def interleave(contenders: Sequence[Contender], rounds: int, *, unit: str = "items") -> None:
+    """Warm every contender up once, then run ``rounds`` rounds, rotating the order.
+
+    Contenders alternate round by round, so load that comes and goes slows all alike.
+    """
+    for contender in contenders:
+        contender.measure(record=False)
+    for r in range(rounds):
+        shift = r % len(contenders)
+        for contender in [*contenders[shift:], *contenders[:shift]]:
+            contender.measure()
+        rates = ", ".join(f"{c.name} {compact(c.expected / c.seconds[-1])}" for c in contenders)
+        print(f"  round {r + 1}/{rounds} ({unit}/s): {rates}", flush=True)
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

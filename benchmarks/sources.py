@@ -1,0 +1,635 @@
+"""Record sources side by side: dataio vs a plain loop, torch's DataLoader and webdataset.
+
+Two parts, each a table of median items/s over interleaved rounds (contenders alternate
+round by round, so load that comes and goes slows all of them alike). Run from the
+repository root::
+
+    .venv/bin/python benchmarks/sources.py [--records N] [--rounds R] [--quick]
+
+Part 1, small in-memory records ``{"key": i, "label": i % 1000, "text": f"sample {i}"}``
+delivered as batches of 256 (a list of labels and a list of keys), no decoding: the cost
+is the source and the engine, nothing else.
+
+* ``plain loop``: slices of the record list, two list comprehensions per batch;
+* ``DataLoader``: ``torch.utils.data.DataLoader(dataset, batch_size=256, collate_fn=...)``
+  over a map-style Dataset (``__getitem__``), with 0 and 2 worker processes (default,
+  non-persistent workers: worker start-up is part of every pass), over a Dataset with
+  ``__getitems__`` and shuffled;
+* ``dataio``: ``pipeline(slot("label").passthrough(), slot("key").passthrough(),
+  batch(256)).run("numpy")`` over a list, an indexed Dataset with ``__getitems__``
+  (``records(ds, indexed=True)``), that source shuffled, rank 0 of 4, and a
+  single-pass ``from_iterable`` stream (whole and rank 0 of 4).
+
+Part 2, WebDataset tar shards of small ``.jpg``-like payloads and ``.cls`` labels, read
+and batched by 256 without decoding: ``dataio.webdataset`` vs the ``webdataset`` package
+(plain loop and ``.batched(256)``) and a stdlib ``tarfile`` loop.
+
+Then a cProfile of one dataio pass of each part (the caller's thread and dataio's pool
+threads merged), naming where dataio spends its time. Nothing here asserts on timings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import tarfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from _common import (
+    BENCH_DATA,
+    REPO_ROOT,
+    Contender,
+    compact,
+    format_table,
+    interleave,
+    load_average,
+    machine_lines,
+    mib,
+)
+
+import dataio
+from dataio.engine.pool import cpu_pool, cpu_workers
+
+BATCH = 256
+SHARD = {"id": 0, "of": 4}
+LOADER_WORKERS = 2
+# WebDataset shards: count, samples per shard, payload sizes, seed.
+SHARDS = 8
+PER_SHARD = 2000
+QUICK_PER_SHARD = 200
+PAYLOAD = (4 * 1024, 16 * 1024)
+CLASSES = 1000
+SEED = 7
+PROFILE_RECORDS = 200_000
+PROFILE_TOP = 14
+PACKAGES = ("numpy", "torch", "psutil", "webdataset")
+RSS_NOTE = (
+    "peak RSS: sampled every 20 ms during a pass, max over rounds, including the records "
+    "held in memory; DataLoader num_workers=2 sums its worker processes (shared pages count "
+    "once per process). RSS growth: peak minus RSS at the pass start."
+)
+
+Batches = Iterator[tuple[list[Any], list[Any]]]
+
+
+# -- part 1: in-memory records ----------------------------------------------------------
+
+
+def make_records(count: int) -> list[dict[str, Any]]:
+    """The benchmark's small records."""
+    return [{"key": i, "label": i % CLASSES, "text": f"sample {i}"} for i in range(count)]
+
+
+class RecordDataset(torch.utils.data.Dataset):
+    """A map-style Dataset over the record list: ``__getitem__`` and ``__len__``."""
+
+    def __init__(self, rows: Sequence[dict[str, Any]]) -> None:
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return self.rows[index]
+
+
+class BulkRecordDataset(RecordDataset):
+    """The same Dataset with ``__getitems__``: one call reads a whole batch."""
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        rows = self.rows
+        return [rows[i] for i in indices]
+
+
+def collate_lists(rows: Sequence[dict[str, Any]]) -> tuple[list[Any], list[Any]]:
+    """The DataLoader's collate_fn: the batch as (labels, keys) lists, like the others."""
+    return [r["label"] for r in rows], [r["key"] for r in rows]
+
+
+def plain_batches(rows: Sequence[dict[str, Any]]) -> Batches:
+    """The hand-written reference: slice the list, build the two lists."""
+    for start in range(0, len(rows), BATCH):
+        yield collate_lists(rows[start : start + BATCH])
+
+
+def passthrough_pipeline(*fields: str) -> dataio.Pipeline:
+    """``pipeline(slot(f).passthrough() for each field, batch(256))``."""
+    return dataio.pipeline(*(dataio.slot(f).passthrough() for f in fields), dataio.batch(BATCH))
+
+
+def dataio_batches(
+    source: Any, fields: Sequence[str], **options: Any
+) -> Iterator[tuple[list[Any], ...]]:
+    """One pass of the passthrough pipeline with numpy output; each batch as field lists."""
+    with passthrough_pipeline(*fields).bind(source).run("numpy", **options) as loader:
+        for batch in loader:
+            yield tuple(batch[f] for f in fields)
+
+
+def count_pass(batches: Iterator[tuple[list[Any], ...]]) -> tuple[int, str]:
+    """Drain one pass; returns (items, output description)."""
+    items, first = 0, None
+    for batch in batches:
+        items += len(batch[0])
+        first = first or batch
+    if first is None:
+        return 0, "no batches"
+    kinds = "/".join(f"{type(c).__name__}[{type(c[0]).__name__}]" for c in first)
+    return items, f"{kinds} x {len(first[0])}"
+
+
+def record_contenders(rows: list[dict[str, Any]]) -> list[Contender]:
+    """Part 1's contenders, the plain loop first (the baseline)."""
+    n = len(rows)
+    plain_ds, bulk_ds = RecordDataset(rows), BulkRecordDataset(rows)
+    indexed = dataio.records(bulk_ds, indexed=True)
+    shuffled = indexed.shuffle(seed=0)
+    fields = ("label", "key")
+    world = SHARD["of"]
+    mine = -(-n // world)  # pad=True (the default): every rank gets ceil(n / world)
+    shuffler = torch.Generator().manual_seed(0)
+
+    def loader(dataset: RecordDataset, **options: Any) -> Callable[[], tuple[int, str]]:
+        data = torch.utils.data.DataLoader(
+            dataset, batch_size=BATCH, collate_fn=collate_lists, **options
+        )
+        return lambda: count_pass(iter(data))
+
+    def ours(source: Callable[[], Any], **options: Any) -> Callable[[], tuple[int, str]]:
+        return lambda: count_pass(dataio_batches(source(), fields, **options))
+
+    shard_name = f"shard {SHARD['id']}/{world}"
+    return [
+        Contender("plain loop", lambda: count_pass(plain_batches(rows)), n),
+        Contender("DataLoader nw=0", loader(plain_ds), n),
+        Contender("DataLoader nw=0 __getitems__", loader(bulk_ds), n),
+        Contender("DataLoader nw=0 shuffle", loader(plain_ds, shuffle=True, generator=shuffler), n),
+        Contender(
+            f"DataLoader nw={LOADER_WORKERS}",
+            loader(plain_ds, num_workers=LOADER_WORKERS),
+            n,
+            children=True,
+        ),
+        Contender("dataio list", ours(lambda: rows), n),
+        Contender("dataio indexed __getitems__", ours(lambda: indexed), n),
+        Contender("dataio indexed shuffle(seed=0)", ours(lambda: shuffled), n),
+        Contender(f"dataio indexed {shard_name}", ours(lambda: indexed, shard=SHARD), mine),
+        Contender("dataio from_iterable", ours(lambda: dataio.from_iterable(rows)), n),
+        Contender(
+            f"dataio from_iterable {shard_name}",
+            ours(lambda: dataio.from_iterable(rows), shard=SHARD),
+            mine,
+        ),
+    ]
+
+
+def verify_records(rows: list[dict[str, Any]]) -> str:
+    """Check that the contenders deliver the same first batches."""
+    head = rows[: 4 * BATCH]
+    want = next(plain_batches(head))
+    fields = ("label", "key")
+    got = next(dataio_batches(head, fields))
+    loader = torch.utils.data.DataLoader(
+        BulkRecordDataset(head), batch_size=BATCH, collate_fn=collate_lists
+    )
+    if got != want or next(iter(loader)) != want:
+        raise RuntimeError("dataio or the DataLoader delivered another first batch")
+    ranked = next(dataio_batches(dataio.records(head), fields, shard=SHARD))
+    if ranked[1] != [r["key"] for r in head[SHARD["id"] :: SHARD["of"]]][:BATCH]:
+        raise RuntimeError("dataio's rank 0 of 4 did not get every 4th record")
+    shuffled = [
+        k for _, keys in dataio_batches(dataio.records(head).shuffle(seed=0), fields) for k in keys
+    ]
+    if sorted(shuffled) != [r["key"] for r in head] or shuffled == sorted(shuffled):
+        raise RuntimeError("dataio's shuffle is not a permutation of the records")
+    return (
+        "checked: first batches equal (plain loop, DataLoader, dataio); rank 0/4 gets every "
+        "4th record; shuffle(seed=0) is a permutation"
+    )
+
+
+# -- part 2: WebDataset shards ----------------------------------------------------------
+
+
+def make_shards(per_shard: int) -> tuple[list[Path], int]:
+    """``SHARDS`` tar shards of ``per_shard`` samples, generated once into ``.bench-data/``.
+
+    Each sample is ``KEY.jpg`` (random bytes behind a JPEG marker, 4-16 KB) and ``KEY.cls``
+    (a class number as text). Returns the shard paths and their total size in bytes.
+    """
+    low, high = PAYLOAD
+    directory = BENCH_DATA / f"wds-{SHARDS}x{per_shard}-{low // 1024}k{high // 1024}k-s{SEED}"
+    paths = [directory / f"shard-{s:04d}.tar" for s in range(SHARDS)]
+    done = directory / "complete"
+    if not done.exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        rng = np.random.default_rng(SEED)
+        for number, path in enumerate(paths):
+            partial = path.with_suffix(".partial")
+            with tarfile.open(partial, "w") as tar:
+                for i in range(per_shard):
+                    key = f"{number:04d}_{i:06d}"
+                    size = int(rng.integers(low, high + 1))
+                    jpg = b"\xff\xd8\xff\xe0" + rng.bytes(size - 4)
+                    label = str(int(rng.integers(CLASSES))).encode()
+                    for name, data in ((f"{key}.jpg", jpg), (f"{key}.cls", label)):
+                        info = tarfile.TarInfo(name)
+                        info.size, info.mtime, info.mode = len(data), 0, 0o644
+                        tar.addfile(info, io.BytesIO(data))
+            partial.replace(path)
+        done.write_text(f"{SHARDS} shards x {per_shard} samples\n")
+    return paths, sum(p.stat().st_size for p in paths)
+
+
+def shard_pattern(paths: Sequence[Path]) -> str:
+    """The brace pattern naming all shards: ``.../shard-{0000..0007}.tar``."""
+    last = len(paths) - 1
+    return str(paths[0].parent / f"shard-{{0000..{last:04d}}}.tar")
+
+
+def import_webdataset() -> tuple[Any, str]:
+    """The ``webdataset`` module, or ``None`` and why it could not be imported."""
+    try:
+        import webdataset
+    except Exception as exc:  # an install broken in any way counts as missing
+        return None, f"{type(exc).__name__}: {exc}"
+    return webdataset, ""
+
+
+def wds_loop(wds: Any, pattern: str) -> Batches:
+    """``webdataset.WebDataset(urls, shardshuffle=False)`` iterated, batched by hand."""
+    jpgs: list[bytes] = []
+    labels: list[bytes] = []
+    for sample in wds.WebDataset(pattern, shardshuffle=False):
+        jpgs.append(sample["jpg"])
+        labels.append(sample["cls"])
+        if len(jpgs) == BATCH:
+            yield jpgs, labels
+            jpgs, labels = [], []
+    if jpgs:
+        yield jpgs, labels
+
+
+def wds_batched(wds: Any, pattern: str) -> Batches:
+    """``WebDataset(urls, shardshuffle=False).batched(256)`` with its default collation."""
+    for batch in wds.WebDataset(pattern, shardshuffle=False).batched(BATCH):
+        yield batch["jpg"], batch["cls"]
+
+
+def tarfile_loop(paths: Sequence[Path]) -> Batches:
+    """The stdlib reference: stream each tar, group adjacent members by key, batch."""
+    jpgs: list[bytes] = []
+    labels: list[bytes] = []
+    for path in paths:
+        with tarfile.open(path, "r|") as tar:
+            sample: dict[str, bytes] = {}
+            current = None
+            for member in tar:
+                handle = tar.extractfile(member)
+                if handle is None:
+                    continue
+                key, _, field = member.name.partition(".")
+                if key != current and sample:
+                    jpgs.append(sample["jpg"])
+                    labels.append(sample["cls"])
+                    sample = {}
+                current = key
+                sample[field] = handle.read()
+                if len(jpgs) == BATCH:
+                    yield jpgs, labels
+                    jpgs, labels = [], []
+            if sample:
+                jpgs.append(sample["jpg"])
+                labels.append(sample["cls"])
+    if jpgs:
+        yield jpgs, labels
+
+
+def shard_contenders(wds: Any, paths: Sequence[Path], total: int) -> list[Contender]:
+    """Part 2's contenders, the webdataset package first (the baseline) when it imports."""
+    pattern = shard_pattern(paths)
+    ours = Contender(
+        "dataio webdataset",
+        lambda: count_pass(dataio_batches(dataio.webdataset(pattern), ("jpg", "cls"))),
+        total,
+    )
+    stdlib = Contender("tarfile loop", lambda: count_pass(tarfile_loop(paths)), total)
+    if wds is None:
+        return [stdlib, ours]
+    return [
+        Contender("webdataset loop", lambda: count_pass(wds_loop(wds, pattern)), total),
+        Contender("webdataset .batched(256)", lambda: count_pass(wds_batched(wds, pattern)), total),
+        stdlib,
+        ours,
+    ]
+
+
+def verify_shards(wds: Any, paths: Sequence[Path]) -> str:
+    """Check that dataio and the references deliver the same first batch."""
+    pattern = shard_pattern(paths)
+    want = next(tarfile_loop(paths))
+    got = next(dataio_batches(dataio.webdataset(pattern), ("jpg", "cls")))
+    if tuple(got) != want:
+        raise RuntimeError("dataio.webdataset delivered another first batch than tarfile")
+    others = "tarfile loop"
+    if wds is not None:
+        if next(wds_loop(wds, pattern)) != want or next(wds_batched(wds, pattern)) != want:
+            raise RuntimeError("the webdataset package delivered another first batch")
+        others += ", webdataset loop and .batched(256)"
+    return f"checked: dataio.webdataset's first batch equals the {others}"
+
+
+# -- where dataio's time goes ------------------------------------------------------------
+
+
+class ThreadsProfile:
+    """cProfile the calling thread and every thread of dataio's CPU pool while active.
+
+    cProfile (Python 3.11) sees one thread per profiler, and dataio runs its batches on
+    pool threads; one task per pool thread, held at a barrier so that each lands on a
+    different thread, starts or stops that thread's own profiler.
+    """
+
+    def __init__(self) -> None:
+        self.main = cProfile.Profile()
+        self.pool: dict[int, cProfile.Profile] = {}
+
+    def _on_every_pool_thread(self, action: Callable[[], None]) -> None:
+        workers = cpu_workers()
+        barrier = threading.Barrier(workers)
+
+        def task() -> None:
+            barrier.wait()
+            action()
+
+        for future in [cpu_pool().submit(task) for _ in range(workers)]:
+            future.result()
+
+    def _start(self) -> None:
+        profile = self.pool.setdefault(threading.get_ident(), cProfile.Profile())
+        profile.enable()
+
+    def _stop(self) -> None:
+        self.pool[threading.get_ident()].disable()
+
+    def __enter__(self) -> ThreadsProfile:
+        self._on_every_pool_thread(self._start)
+        self.main.enable()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.main.disable()
+        self._on_every_pool_thread(self._stop)
+
+    def stats(self) -> pstats.Stats:
+        """The merged statistics of all profiled threads."""
+        merged = pstats.Stats(self.main)
+        for profile in self.pool.values():
+            merged.add(profile)
+        return merged
+
+
+def _where(filename: str, line: int, name: str) -> str:
+    """A short place for a profiled function: repository, package or stdlib relative."""
+    path = Path(filename)
+    if not path.is_absolute():
+        return f"{name} (built-in)"
+    if "site-packages" in path.parts:
+        inside = path.parts[path.parts.index("site-packages") + 1 :]
+        return f"{Path(*inside)}:{line} {name}"
+    for root, label in ((REPO_ROOT, ""), (Path(os.__file__).parent, "stdlib/")):
+        if path.is_relative_to(root):
+            return f"{label}{path.relative_to(root)}:{line} {name}"
+    return f"{path.name}:{line} {name}"
+
+
+# Where an idle thread sits: a pool thread waiting for a task, the consumer for a batch.
+WAITS = {
+    ("~", 0, "<method 'get' of '_queue.SimpleQueue' objects>"),
+    ("~", 0, "<method 'acquire' of '_thread.lock' objects>"),
+}
+
+
+def waited(profile: cProfile.Profile) -> float:
+    """Seconds one profiled thread spent blocked in :data:`WAITS`."""
+    table: dict[Any, Any] = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    return sum(table[key][2] for key in WAITS if key in table)
+
+
+def hot_functions(stats: pstats.Stats, wall: float, top: int = PROFILE_TOP) -> str:
+    """The ``top`` functions by own time summed over threads, waits left out."""
+    table: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    busy = [item for item in table.items() if item[0] not in WAITS]
+    rows = sorted(busy, key=lambda item: item[1][2], reverse=True)[:top]
+    lines = []
+    for (filename, line, name), (_, calls, own, cumulative, _) in rows:
+        lines.append(
+            [
+                _where(filename, line, name),
+                f"{calls:,}",
+                f"{own:.3f}",
+                f"{100 * own / wall:.0f}%",
+                f"{cumulative:.3f}",
+            ]
+        )
+    headers = ["function (busy threads, own time summed)", "calls", "own s", "of wall", "cum s"]
+    return format_table(headers, lines)
+
+
+def profile_pass(label: str, run: Callable[[], tuple[int, str]]) -> None:
+    """Run one pass under :class:`ThreadsProfile` and print the hot functions."""
+    with ThreadsProfile() as profile:
+        start = time.perf_counter()
+        items, _ = run()
+        wall = time.perf_counter() - start
+    idle = sum(waited(p) for p in profile.pool.values())
+    print(
+        f"\ncProfile, {label}: {items:,} items in {wall:.2f} s wall under the profiler; the "
+        f"consumer waited {waited(profile.main):.2f} s for batches, the {len(profile.pool)} "
+        f"pool threads were idle {idle:.2f} s in all:"
+    )
+    print(hot_functions(profile.stats(), wall))
+
+
+def stage_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Time dataio's layers one at a time over the same records, in the main thread."""
+    from dataio.engine.stream import ShardSpec, plan_chunks
+
+    source = dataio.records(rows)
+    shape = passthrough_pipeline("label", "key").shape
+    lines = []
+    steps: list[tuple[str, Callable[[], Any]]] = [
+        ("source.get_many per batch", lambda: _drain_get_many(source, len(rows))),
+        (
+            "plan_chunks (source + chunks)",
+            lambda: sum(1 for _ in plan_chunks(source, shape, ShardSpec())),
+        ),
+        ("whole loader", lambda: count_pass(dataio_batches(rows, ("label", "key")))),
+    ]
+    for label, step in steps:
+        start = time.perf_counter()
+        step()
+        elapsed = time.perf_counter() - start
+        lines.append(f"  {label:<32} {compact(len(rows) / elapsed):>8} records/s")
+    return lines
+
+
+def _drain_get_many(source: Any, n: int) -> None:
+    for start in range(0, n, BATCH):
+        source.get_many(range(start, min(start + BATCH, n)))
+
+
+# -- report ------------------------------------------------------------------------------
+
+
+def ratio(a: float, b: float) -> str:
+    """``a / b`` formatted as a multiple."""
+    return f"{a / b:.2f}x"
+
+
+def result_table(contenders: Sequence[Contender], bases: Sequence[str], unit: str) -> str:
+    """Items/s, spread, ratios to the named baselines, memory and output per contender."""
+    by_name = {c.name: c for c in contenders}
+    rates = {name: by_name[name].rate() for name in bases}
+    rows = []
+    for c in contenders:
+        rate = c.rate()
+        ratios = [ratio(rate, rates[name]) for name in bases]
+        delivered = f"{c.expected:,}"
+        rows.append(
+            [
+                c.name,
+                f"{rate:,.0f}",
+                c.spread(),
+                *ratios,
+                delivered,
+                mib(max(c.peaks)),
+                mib(max(c.growth)),
+                c.output,
+            ]
+        )
+    headers = [
+        "contender",
+        f"{unit}/s",
+        "min..max",
+        *(f"vs {name}" for name in bases),
+        unit,
+        "peak RSS",
+        "RSS growth",
+        "output",
+    ]
+    return format_table(headers, rows)
+
+
+def run_records(count: int, rounds: int) -> list[dict[str, Any]]:
+    """Part 1: build the records, measure every contender, print the table."""
+    start = time.perf_counter()
+    rows = make_records(count)
+    print(
+        f"\n== part 1: {count:,} in-memory records, batch {BATCH}, passthrough of label and "
+        f"key (built in {time.perf_counter() - start:.1f} s) ==",
+        flush=True,
+    )
+    print(verify_records(rows), flush=True)
+    contenders = record_contenders(rows)
+    interleave(contenders, rounds, unit="records")
+    print(f"\nmedian of {rounds} rounds; rates count records delivered to the consumer:")
+    print(result_table(contenders, ["plain loop", "DataLoader nw=0"], "records"))
+    print(RSS_NOTE)
+    print(
+        f"rank {SHARD['id']}/{SHARD['of']} rows deliver a quarter of the records: an indexed "
+        "source reads only the rank's positions, a stream reads every record and keeps a "
+        "quarter."
+    )
+    print(f"load average after part 1: {load_average()}", flush=True)
+    return rows
+
+
+def run_shards(per_shard: int, rounds: int) -> list[Path]:
+    """Part 2: generate (or reuse) the shards, measure every contender, print the table."""
+    start = time.perf_counter()
+    paths, size = make_shards(per_shard)
+    total = SHARDS * per_shard
+    wds, why = import_webdataset()
+    print(
+        f"\n== part 2: {SHARDS} WebDataset shards x {per_shard:,} samples = {total:,} samples "
+        f"(.jpg {PAYLOAD[0] // 1024}-{PAYLOAD[1] // 1024} KB random bytes + .cls), "
+        f"{size / 1e6:.0f} MB of tar, batch {BATCH} (ready in {time.perf_counter() - start:.1f} s; "
+        f"{shard_pattern(paths)}) ==",
+        flush=True,
+    )
+    if wds is None:
+        print(
+            f"webdataset package: NOT importable here ({why}); its rows are left out and "
+            "the tarfile loop is the baseline"
+        )
+    print(verify_shards(wds, paths), flush=True)
+    contenders = shard_contenders(wds, paths, total)
+    interleave(contenders, rounds, unit="samples")
+    base = "webdataset loop" if wds is not None else "tarfile loop"
+    print(f"\nmedian of {rounds} rounds; the tars are in the page cache after the warm-up pass:")
+    print(result_table(contenders, [base, "tarfile loop"] if wds else [base], "samples"))
+    mb = size / 1e6
+    print(
+        "tar MB/s (median): "
+        + ", ".join(f"{c.name} {mb * c.rate() / c.expected:,.0f}" for c in contenders)
+    )
+    print(f"load average after part 2: {load_average()}", flush=True)
+    return paths
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Command-line options; ``--quick`` shrinks the defaults for a smoke run."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, help="part 1 records (default 1,000,000)")
+    parser.add_argument("--rounds", type=int, help="interleaved rounds (default 5, quick 2)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run in well under a minute")
+    args = parser.parse_args(argv)
+    args.records = args.records or (50_000 if args.quick else 1_000_000)
+    args.rounds = args.rounds or (2 if args.quick else 5)
+    args.per_shard = QUICK_PER_SHARD if args.quick else PER_SHARD
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Print the machine, one table per part, then where dataio's time goes."""
+    args = parse_args(argv)
+    print("\n".join(machine_lines(PACKAGES)))
+    print(
+        f"records: {args.records:,}; shards: {SHARDS} x {args.per_shard:,}; rounds: "
+        f"{args.rounds}; batch {BATCH}; DataLoader num_workers 0 and {LOADER_WORKERS}"
+    )
+    if args.quick:
+        print("--quick: a smoke run; passes are short, so the numbers are not the result")
+    rows = run_records(args.records, args.rounds)
+    paths = run_shards(args.per_shard, args.rounds)
+
+    subset = rows[: min(len(rows), PROFILE_RECORDS)]
+    print(f"\n== where dataio's time goes ({len(subset):,} records) ==")
+    print("single pass each, main thread:")
+    print("\n".join(stage_lines(subset)))
+    fields = ("label", "key")
+    profile_pass("dataio list", lambda: count_pass(dataio_batches(subset, fields)))
+    shuffled = dataio.records(BulkRecordDataset(subset), indexed=True).shuffle(seed=0)
+    profile_pass(
+        "dataio indexed shuffle(seed=0)", lambda: count_pass(dataio_batches(shuffled, fields))
+    )
+    pattern = shard_pattern(paths)
+    profile_pass(
+        "dataio webdataset",
+        lambda: count_pass(dataio_batches(dataio.webdataset(pattern), ("jpg", "cls"))),
+    )
+    print(f"\nload average at the end: {load_average()}")
+
+
+if __name__ == "__main__":
+    main()
