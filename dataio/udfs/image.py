@@ -26,6 +26,7 @@ import numpy as np
 
 from dataio.exceptions import DecodeError, TransformError
 
+_resample: Any
 try:  # the compiled kernel; without it Pillow resamples (slower, same results within 1 level)
     from dataio.udfs import _resample
 except ImportError:  # pragma: no cover - exercised by forcing the fallback in tests
