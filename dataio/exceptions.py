@@ -9,7 +9,9 @@ __all__ = [
     "CheckpointError",
     "DataioError",
     "DecodeError",
+    "DeviceError",
     "FieldError",
+    "FormatError",
     "NotFoundError",
     "PlanError",
     "ShapeMismatchError",
@@ -60,6 +62,15 @@ class DecodeError(DataioError, ValueError):
 
 class TransformError(DataioError, ValueError):
     """A transform cannot apply to this input (for example a crop larger than the image)."""
+
+
+class FormatError(DataioError, ValueError):
+    """A file does not follow its format (header, offsets, dtypes, sizes), or holds
+    something dataio refuses to load, such as pickled Python objects."""
+
+
+class DeviceError(DataioError, RuntimeError):
+    """A requested device (for example ``"cuda:0"``) is not available on this host."""
 
 
 class NotFoundError(DataioError, FileNotFoundError):

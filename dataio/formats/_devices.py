@@ -1,0 +1,134 @@
+"""Devices for tensor reads: CUDA targets, the pinned-memory copy, the GDS probe.
+
+Capabilities are discovered on first use; importing this module loads nothing.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from dataio.exceptions import DeviceError, PlanError
+
+__all__ = ["STAGING_BYTES", "cuda_target", "gds_available", "gds_info", "to_device"]
+
+# Pinned staging for device copies: two buffers of this size alternate.
+STAGING_BYTES = 64 << 20
+
+
+def cuda_target(device: str | None, framework: str) -> Any:
+    """The ``torch.device`` to copy to, or ``None`` for the CPU; refuses what cannot be."""
+    if device is None or device == "cpu":
+        return None
+    if framework != "torch":
+        raise PlanError(f"device={device!r} needs framework='torch'; NumPy arrays live on the CPU")
+    import torch
+
+    try:
+        target = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise PlanError(f"device={device!r} is not a device name such as 'cuda:0': {exc}") from None
+    if target.type == "cpu":
+        return None
+    if target.type != "cuda":
+        raise DeviceError(f"device={device!r}: dataio reads to 'cpu' or 'cuda:N' only")
+    if not torch.cuda.is_available():
+        raise DeviceError(
+            f"device={device!r} needs CUDA, but this host has none usable by torch "
+            f"{torch.__version__}; read with device=None (CPU) instead"
+        )
+    index = 0 if target.index is None else target.index
+    count = torch.cuda.device_count()
+    if index >= count:
+        raise DeviceError(f"device={device!r} does not exist; this host has {count} GPU(s)")
+    return torch.device("cuda", index)
+
+
+def to_device(tensors: dict[str, Any], target: Any) -> dict[str, Any]:
+    """Copy CPU tensors to ``target`` through two alternating pinned staging buffers."""
+    import torch
+
+    stream = torch.cuda.Stream(device=target)
+    staging = [torch.empty(STAGING_BYTES, dtype=torch.uint8, pin_memory=True) for _ in range(2)]
+    ready = [torch.cuda.Event(), torch.cuda.Event()]
+    used = [False, False]
+    out: dict[str, Any] = {}
+    turn = 0
+    with torch.cuda.stream(stream):
+        for name, tensor in tensors.items():
+            if tensor.numel() == 0:
+                out[name] = torch.empty(tensor.shape, dtype=tensor.dtype, device=target)
+                continue
+            source = tensor.reshape(-1).view(torch.uint8)
+            dest = torch.empty(source.numel(), dtype=torch.uint8, device=target)
+            for start in range(0, source.numel(), STAGING_BYTES):
+                n = min(STAGING_BYTES, source.numel() - start)
+                if used[turn]:
+                    ready[turn].synchronize()  # the GPU has finished reading this buffer
+                staging[turn][:n].copy_(source[start : start + n])
+                dest[start : start + n].copy_(staging[turn][:n], non_blocking=True)
+                ready[turn].record(stream)
+                used[turn] = True
+                turn ^= 1
+            out[name] = dest.view(tensor.dtype).reshape(tensor.shape)
+    stream.synchronize()
+    return out
+
+
+@cache
+def gds_info() -> dict[str, Any]:
+    """Report whether GPUDirect Storage (cuFile) could be used here, and why not.
+
+    Probes lazily on first call and never raises: the keys are ``available``,
+    ``cufile`` (the library loaded, or ``None``), ``cuda_devices`` and ``why``.
+    Device reads currently copy through pinned memory even when GDS is available.
+
+    Example:
+        >>> dataio.gds_info()["available"]  # doctest: +SKIP
+        False
+    """
+    info: dict[str, Any] = {"available": False, "cufile": None, "cuda_devices": 0, "why": ""}
+    try:
+        from dataio._capabilities import _cuda, _library
+
+        cuda = _cuda()
+        info["cuda_devices"] = int(cuda.get("devices", 0))
+        if not cuda["found"]:
+            info["why"] = str(cuda.get("why", "no CUDA device"))
+            return info
+        cufile = _library(("libcufile.so.0", "libcufile.so"))
+        if not cufile["found"]:
+            info["why"] = str(cufile["why"])
+            return info
+        info["cufile"] = cufile["library"]
+        status = _cufile_driver_status(cufile["library"])
+        info["available"] = status == 0
+        info["why"] = "" if status == 0 else f"cuFileDriverOpen failed (error {status})"
+    except Exception as exc:  # a probe must never break the caller
+        info["why"] = f"probe failed: {type(exc).__name__}: {exc}"
+    return info
+
+
+def _cufile_driver_status(library: str) -> int:
+    import ctypes
+
+    class _CUfileError(ctypes.Structure):
+        _fields_ = [("err", ctypes.c_int), ("cu_err", ctypes.c_int)]
+
+    lib = ctypes.CDLL(library)
+    lib.cuFileDriverOpen.restype = _CUfileError
+    result = lib.cuFileDriverOpen()
+    if result.err == 0:
+        lib.cuFileDriverClose.restype = _CUfileError
+        lib.cuFileDriverClose()
+    return int(result.err)
+
+
+def gds_available() -> bool:
+    """True when GPUDirect Storage's driver opens on this host; see :func:`gds_info`.
+
+    Example:
+        >>> dataio.gds_available()  # doctest: +SKIP
+        False
+    """
+    return bool(gds_info()["available"])

@@ -1,0 +1,247 @@
+"""HDF5 datasets through h5py (imported on first use), with zero-copy contiguous reads.
+
+``copy=False`` returns read-only arrays that outlive the file handle: a contiguous,
+unfiltered numeric dataset is a view of a read-only mapping of the file at the
+dataset's offset; anything else (chunked, compressed, strings, compound types) is read
+by h5py, which decodes only the chunks the selection intersects.
+"""
+
+from __future__ import annotations
+
+import mmap
+import numbers
+import os
+from collections.abc import Iterable, Iterator
+from types import EllipsisType, TracebackType
+from typing import Any
+
+import numpy as np
+
+from dataio.exceptions import DataioError, FieldError, FormatError, NotFoundError, PlanError
+from dataio.formats._scan import FileScan, Source
+
+__all__ = ["Hdf5File", "open_hdf5", "read_hdf5", "scan_hdf5"]
+
+Selection = int | slice | EllipsisType | tuple[int | slice | EllipsisType, ...] | None
+
+
+def _h5py() -> Any:
+    try:
+        import h5py
+    except ImportError:
+        raise DataioError("HDF5 needs h5py; install it with pip install 'dataio[hdf5]'") from None
+    return h5py
+
+
+def normalize_selection(
+    selection: Selection, shape: tuple[int, ...], *, source: str
+) -> tuple[Any, ...]:
+    """Check a selection and spell it out as one int or slice per axis.
+
+    Accepts integers (negative counts from the end), slices with a positive step and
+    at most one Ellipsis; refuses everything else (lists, arrays, booleans, ``None``).
+    """
+    items = () if selection is None else selection if isinstance(selection, tuple) else (selection,)
+    ellipses = sum(1 for item in items if item is Ellipsis)
+    if ellipses > 1:
+        raise PlanError(f"{source}: a selection holds at most one Ellipsis, got {selection!r}")
+    explicit = len(items) - ellipses
+    if explicit > len(shape):
+        raise PlanError(
+            f"{source}: selection {selection!r} has {explicit} indices for {len(shape)} axes"
+        )
+    out: list[Any] = []
+    for item in items:
+        if item is Ellipsis:
+            out.extend([slice(None)] * (len(shape) - explicit))
+            continue
+        axis = len(out)
+        if isinstance(item, numbers.Integral) and not isinstance(item, bool | np.bool_):
+            index = int(item)
+            if not -shape[axis] <= index < shape[axis]:
+                raise PlanError(
+                    f"{source}: index {index} is out of range for axis {axis} of size {shape[axis]}"
+                )
+            out.append(index % shape[axis])
+        elif isinstance(item, slice):
+            parts = (item.start, item.stop, item.step)
+            if not all(
+                p is None or (isinstance(p, numbers.Integral) and not isinstance(p, bool))
+                for p in parts
+            ):
+                raise PlanError(f"{source}: slice {item!r} must hold integers or None")
+            if item.step is not None and item.step <= 0:
+                raise PlanError(
+                    f"{source}: slice {item!r} needs a positive step; reverse the result instead"
+                )
+            out.append(slice(*item.indices(shape[axis])))
+        else:
+            raise PlanError(
+                f"{source}: selection items are integers, positive-step slices or one Ellipsis; "
+                f"got {item!r}"
+            )
+    out.extend([slice(None)] * (len(shape) - len(out)))
+    return tuple(out)
+
+
+class Hdf5File:
+    """An open HDF5 file; use as a context manager.
+
+    Example:
+        >>> with dataio.open_hdf5("/data/arrays.h5") as f:  # doctest: +SKIP
+        ...     labels = f.read(key="labels", copy=False)
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        h5py = _h5py()
+        self.path = os.fspath(path)
+        if not os.path.exists(self.path):
+            raise NotFoundError(f"no such HDF5 file {self.path!r}; check the path")
+        try:
+            self._file = h5py.File(self.path, "r")
+        except OSError as exc:
+            raise FormatError(f"{self.path} is not a readable HDF5 file: {exc}") from None
+        self._map: mmap.mmap | None = None
+
+    def keys(self) -> list[str]:
+        """Every dataset's path in the file (groups walked recursively), sorted."""
+        h5py = _h5py()
+        found: list[str] = []
+        self._file.visititems(
+            lambda name, obj: found.append(name) if isinstance(obj, h5py.Dataset) else None
+        )
+        return sorted(found)
+
+    def _dataset(self, key: str) -> Any:
+        h5py = _h5py()
+        if not self._file.id.valid:
+            raise DataioError(f"{self.path} is closed; open it again to read")
+        try:
+            found = self._file.get(key)
+        except (KeyError, ValueError, TypeError):
+            found = None
+        if not isinstance(found, h5py.Dataset):
+            what = "a group" if isinstance(found, h5py.Group) else "not in the file"
+            raise FieldError(f"{self.path}: {key!r} is {what}; datasets: {self.keys()[:20]}")
+        return found
+
+    def read(self, key: str, *, selection: Selection = None, copy: bool = True) -> np.ndarray:
+        """Read dataset ``key`` (or a ``selection`` of it) as a NumPy array.
+
+        Args:
+            key: the dataset path, e.g. ``"images"`` or ``"group/labels"``.
+            selection: integers, positive-step slices and one Ellipsis.
+            copy: ``True`` returns an independent writable array; ``False`` a read-only
+                one that may share the file mapping and stays valid after close.
+        """
+        dataset = self._dataset(key)
+        where = f"{self.path}:{key}"
+        index = normalize_selection(selection, dataset.shape, source=where)
+        if not copy:
+            mapped = self._mapped_view(dataset)
+            if mapped is not None:
+                view = mapped[index]
+                if not view.dtype.isnative:
+                    view = view.astype(view.dtype.newbyteorder("="))
+                view.flags.writeable = False
+                return view
+        try:
+            array = np.asarray(dataset[index] if index else dataset[()])
+        except (OSError, ValueError, TypeError) as exc:
+            raise FormatError(f"cannot read {where}: {exc}; the file may be corrupt") from None
+        if array.dtype.kind not in "OV" and not array.dtype.isnative:
+            array = array.astype(array.dtype.newbyteorder("="))
+        if not copy:
+            array.flags.writeable = False
+        return array
+
+    def _mapped_view(self, dataset: Any) -> np.ndarray | None:
+        """The whole dataset as a view of the file mapping, when its bytes lie there as is."""
+        h5py = _h5py()
+        dtype = dataset.dtype
+        if (
+            dtype.kind not in "biufc"
+            or dtype.fields is not None
+            or dataset.chunks is not None
+            or dataset.external
+            or dataset.is_virtual
+            or dataset.id.get_create_plist().get_layout() != h5py.h5d.CONTIGUOUS
+        ):
+            return None
+        offset = dataset.id.get_offset()
+        nbytes = int(np.prod(dataset.shape)) * dtype.itemsize
+        if offset is None or nbytes == 0:
+            return None  # never written (fill value only) or empty: h5py synthesizes it
+        if self._map is None:
+            with open(self.path, "rb") as f:
+                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        if offset + nbytes > len(self._map):
+            raise FormatError(
+                f"{self.path}: dataset {dataset.name!r} runs past the end of the file"
+            )
+        return np.ndarray(dataset.shape, dtype=dtype, buffer=self._map, offset=offset)
+
+    def close(self) -> None:
+        """Close the file; arrays read with ``copy=False`` stay valid."""
+        self._file.close()
+        # Never mmap.close(): arrays view the mapping without pinning it, so closing
+        # would unmap live memory. Dropping the reference unmaps once they are gone.
+        self._map = None
+
+    def __enter__(self) -> Hdf5File:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Hdf5File {self.path!r}>"
+
+
+def open_hdf5(path: str | os.PathLike[str]) -> Hdf5File:
+    """Open an HDF5 file for reading datasets.
+
+    Example:
+        >>> with dataio.open_hdf5("/data/arrays.h5") as f:  # doctest: +SKIP
+        ...     view = f.read(key="labels", copy=False)
+    """
+    return Hdf5File(path)
+
+
+def read_hdf5(
+    path: str | os.PathLike[str], *, key: str, selection: Selection = None, copy: bool = True
+) -> np.ndarray:
+    """Read one dataset, or a selection of it, from an HDF5 file.
+
+    Example:
+        >>> window = dataio.read_hdf5(  # doctest: +SKIP
+        ...     "/data/arrays.h5", key="images", selection=(slice(10, 20), ...)
+        ... )
+    """
+    with open_hdf5(path) as f:
+        return f.read(key, selection=selection, copy=copy)
+
+
+def scan_hdf5(source: Source, *, keys: Iterable[str] | None = None, copy: bool = True) -> FileScan:
+    """Lazily read HDF5 datasets: records ``{"key", "path", "array"}``, one per dataset.
+
+    ``keys`` picks datasets (default: every dataset of each file, sorted). Nothing is
+    opened until the scan is iterated.
+
+    Example:
+        >>> for record in dataio.scan_hdf5("/data/*.h5", keys=["images"]):  # doctest: +SKIP
+        ...     print(record["path"], record["array"].shape)
+    """
+    wanted = None if keys is None else list(keys)
+
+    def read(path: str) -> Iterator[dict[str, Any]]:
+        with open_hdf5(path) as f:
+            for key in f.keys() if wanted is None else wanted:
+                yield {"key": key, "path": path, "array": f.read(key, copy=copy)}
+
+    return FileScan(source, read, "scan_hdf5")

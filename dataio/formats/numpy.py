@@ -1,0 +1,161 @@
+"""NumPy files: NPY memory-mapped read-only, NPZ members mapped in place when stored.
+
+Headers are checked before any byte is viewed (:mod:`dataio.udfs.tensor`): object
+arrays are refused without unpickling, truncated files are refused, foreign byte order
+is returned as native values (a copy), and Fortran order is kept.
+"""
+
+from __future__ import annotations
+
+import mmap as mmaplib
+import os
+import struct
+import zipfile
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+
+from dataio.exceptions import DataioError, FieldError, FormatError, NotFoundError, PlanError
+from dataio.formats._scan import FileScan, Source, record_key
+from dataio.udfs.tensor import decode_npy
+
+__all__ = ["read_npz", "read_numpy", "scan_npz", "scan_numpy"]
+
+_LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature, ..., name length, extra length
+
+
+def _map(path: str | os.PathLike[str]) -> mmaplib.mmap:
+    """A read-only mapping of a whole local file."""
+    text = os.fspath(path)
+    try:
+        with open(text, "rb") as f:
+            if os.fstat(f.fileno()).st_size == 0:
+                raise FormatError(f"{text} is empty; expected NumPy data")
+            return mmaplib.mmap(f.fileno(), 0, access=mmaplib.ACCESS_READ)
+    except FileNotFoundError:
+        raise NotFoundError(f"no such file {text!r}; check the path") from None
+    except IsADirectoryError:
+        raise DataioError(f"{text!r} is a directory; expected a file") from None
+    except OSError as exc:
+        raise DataioError(f"cannot read {text!r}: {exc.strerror or exc}") from exc
+
+
+def _owned(array: np.ndarray) -> np.ndarray:
+    """A writable, native-order copy that keeps the memory layout (Fortran stays F)."""
+    return np.array(array, dtype=array.dtype.newbyteorder("="), order="K", copy=True)
+
+
+def read_numpy(path: str | os.PathLike[str], *, mmap: bool = True) -> np.ndarray:
+    """Read one ``.npy`` file.
+
+    With ``mmap=True`` the result is a read-only view of a file mapping (no copy unless
+    the file's byte order is foreign); with ``mmap=False`` it is a writable array in
+    memory. Either way values come back in native byte order.
+
+    Raises:
+        FormatError: not NPY, truncated, or holding pickled Python objects.
+        NotFoundError: no such file.
+
+    Example:
+        >>> dataio.read_numpy("/data/x.npy").shape  # doctest: +SKIP
+        (1000, 128)
+    """
+    # The mapping is never closed by hand: arrays view it without pinning it, and it
+    # unmaps when the last array over it is gone.
+    array = decode_npy(_map(path), source=os.fspath(path))
+    return array if mmap else _owned(array)
+
+
+def _npz_members(zf: zipfile.ZipFile) -> dict[str, zipfile.ZipInfo]:
+    return {info.filename[:-4]: info for info in zf.infolist() if info.filename.endswith(".npy")}
+
+
+def _stored_offset(mapped: mmaplib.mmap, info: zipfile.ZipInfo, source: str) -> int:
+    """Where a stored member's bytes start: after its local header, name and extra field."""
+    start = info.header_offset
+    if start + _LOCAL_HEADER.size > len(mapped):
+        raise FormatError(f"{source}: member {info.filename!r} starts past the end of the file")
+    signature, name_len, extra_len = _LOCAL_HEADER.unpack_from(mapped, start)
+    if signature != b"PK\x03\x04":
+        raise FormatError(f"{source}: member {info.filename!r} has a corrupt local header")
+    data = start + _LOCAL_HEADER.size + name_len + extra_len
+    if data + info.file_size > len(mapped):
+        raise FormatError(f"{source}: member {info.filename!r} is truncated")
+    return data
+
+
+def read_npz(
+    path: str | os.PathLike[str],
+    *,
+    keys: Iterable[str] | None = None,
+    mmap: bool = True,
+) -> dict[str, np.ndarray]:
+    """Read the arrays of an ``.npz`` archive into a dict (names without ``.npy``).
+
+    Members stored uncompressed (``np.savez``) are read-only views of a file mapping;
+    compressed members (``np.savez_compressed``) are inflated. ``mmap=False`` returns
+    writable copies instead.
+
+    Raises:
+        FormatError: not a zip archive, or a member is not valid NPY (or is pickled).
+        FieldError: a requested key is not in the archive.
+
+    Example:
+        >>> dataio.read_npz("/data/batch.npz", keys=["x"])["x"].dtype  # doctest: +SKIP
+        dtype('float32')
+    """
+    source = os.fspath(path)
+    if isinstance(keys, str):
+        raise PlanError(f"keys= takes a list of names, got the string {keys!r}")
+    mapped = _map(path)
+    arrays: dict[str, np.ndarray] = {}
+    try:
+        with zipfile.ZipFile(source) as zf:
+            members = _npz_members(zf)
+            for name in members if keys is None else keys:
+                info = members.get(name)
+                if info is None:
+                    raise FieldError(f"{source} has no array {name!r}; it holds {sorted(members)}")
+                where = f"{source}:{info.filename}"
+                if info.compress_type == zipfile.ZIP_STORED and not info.flag_bits & 1:
+                    start = _stored_offset(mapped, info, source)
+                    view = memoryview(mapped)[start : start + info.file_size]
+                    arrays[name] = decode_npy(view, source=where)
+                else:
+                    arrays[name] = decode_npy(zf.read(info), source=where)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError) as exc:
+        raise FormatError(f"{source} is not a readable .npz (zip) archive: {exc}") from None
+    return arrays if mmap else {name: _owned(a) for name, a in arrays.items()}
+
+
+def scan_numpy(source: Source, *, mmap: bool = True) -> FileScan:
+    """Lazily read ``.npy`` files: records ``{"key", "path", "array"}``, one per file.
+
+    Nothing is listed or read until the scan is iterated; each pass reads again.
+
+    Example:
+        >>> for record in dataio.scan_numpy("/data/*.npy"):  # doctest: +SKIP
+        ...     print(record["key"], record["array"].shape)
+    """
+
+    def read(path: str) -> Iterator[dict[str, Any]]:
+        yield {"key": record_key(path), "path": path, "array": read_numpy(path, mmap=mmap)}
+
+    return FileScan(source, read, "scan_numpy")
+
+
+def scan_npz(source: Source, *, keys: Iterable[str] | None = None, mmap: bool = True) -> FileScan:
+    """Lazily read ``.npz`` files: records ``{"key", "path", "arrays"}``, one per file.
+
+    Example:
+        >>> for record in dataio.scan_npz("/data/*.npz", keys=["x", "y"]):  # doctest: +SKIP
+        ...     x, y = record["arrays"]["x"], record["arrays"]["y"]
+    """
+    wanted = None if keys is None else list(keys)
+
+    def read(path: str) -> Iterator[dict[str, Any]]:
+        arrays = read_npz(path, keys=wanted, mmap=mmap)
+        yield {"key": record_key(path), "path": path, "arrays": arrays}
+
+    return FileScan(source, read, "scan_npz")

@@ -1,0 +1,375 @@
+"""safetensors checkpoints: memory-mapped reads, sharded Hugging Face layout, strict headers.
+
+A read maps each file once and hands out views of the mapping, so loading a checkpoint
+costs its header parse plus one page fault per page actually touched:
+
+* NumPy arrays view a read-only shared mapping (``mmap.ACCESS_READ``) and are read-only;
+* torch tensors view a private copy-on-write mapping (``mmap.ACCESS_COPY``): they are
+  writable, and a write copies only the page it touches, never reaching the file.
+
+Views keep their mapping alive, so arrays stay valid after the file is closed.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+import numpy as np
+
+from dataio.exceptions import (
+    DataioError,
+    FieldError,
+    FormatError,
+    NotFoundError,
+    PlanError,
+)
+from dataio.formats._devices import cuda_target, gds_available, gds_info, to_device
+from dataio.formats._safetensors_write import INDEX_NAME, parse_size, write_safetensors
+from dataio.io import read_bytes
+from dataio.ops import choice
+from dataio.udfs.tensor import (
+    SafetensorsHeader,
+    TensorEntry,
+    entry_array,
+    parse_safetensors_header,
+    safetensors_header_length,
+)
+
+__all__ = [
+    "INDEX_NAME",
+    "SafetensorsFile",
+    "gds_available",
+    "gds_info",
+    "open_safetensors",
+    "parse_size",
+    "read_safetensors",
+    "write_safetensors",
+]
+
+Framework = Literal["numpy", "torch"]
+FRAMEWORKS = ("numpy", "torch")
+
+
+# -- reading ----------------------------------------------------------------------------
+
+
+class _MappedFile:
+    """One safetensors file: its checked header and, on first use, its mappings."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        try:
+            self._file = open(path, "rb")  # noqa: SIM115 - owned until close()
+        except FileNotFoundError:
+            raise NotFoundError(f"no such safetensors file {path!r}; check the path") from None
+        except OSError as exc:
+            raise DataioError(f"cannot open {path!r}: {exc.strerror or exc}") from exc
+        try:
+            self.size = os.fstat(self._file.fileno()).st_size
+            fd = self._file.fileno()
+            length = safetensors_header_length(os.pread(fd, 8, 0), self.size, source=path)
+            raw = os.pread(fd, length, 8)
+            if len(raw) != length:
+                raise FormatError(f"{path} shrank while its header was read; retry")
+            self.header: SafetensorsHeader = parse_safetensors_header(raw, self.size, source=path)
+        except BaseException:
+            self._file.close()
+            raise
+        self._maps: dict[int, mmap.mmap] = {}
+
+    def mapping(self, access: int) -> mmap.mmap:
+        found = self._maps.get(access)
+        if found is None:
+            if self._file.closed:
+                raise DataioError(f"{self.path} is closed; open it again to read")
+            found = mmap.mmap(self._file.fileno(), self.size, access=access)
+            self._maps[access] = found
+        return found
+
+    def array(self, entry: TensorEntry) -> np.ndarray:
+        if entry.nbytes == 0:
+            empty = entry_array(b"", _at_zero(entry), source=self.path)
+            return empty
+        return entry_array(self.mapping(mmap.ACCESS_READ), entry, source=self.path)
+
+    def tensor(self, entry: TensorEntry) -> Any:
+        return _torch_view(lambda: self.mapping(mmap.ACCESS_COPY), entry, self.path)
+
+    def close(self) -> None:
+        self._file.close()
+        # Never mmap.close(): NumPy arrays view a mapping without pinning it, so closing
+        # would unmap live memory. Dropping the reference unmaps once they are gone.
+        self._maps.clear()
+
+
+def _at_zero(entry: TensorEntry) -> TensorEntry:
+    return TensorEntry(entry.name, entry.dtype, entry.shape, 0, 0)
+
+
+def _torch_dtype(entry: TensorEntry, source: str) -> Any:
+    import torch
+
+    name = entry.dtype.torch
+    dtype = getattr(torch, name, None) if name else None
+    if dtype is None:
+        raise FormatError(
+            f"{source}: tensor {entry.name!r} is {entry.dtype.name}, which this torch "
+            f"({torch.__version__}) has no dtype for"
+            + ("; upgrade torch" if name else "; no framework reads it yet")
+        )
+    return dtype
+
+
+def _torch_shape(entry: TensorEntry, source: str) -> tuple[int, ...]:
+    if entry.dtype.bits >= 8:
+        return entry.shape
+    # Sub-byte dtypes are packed pairs in torch: the last axis halves.
+    if not entry.shape or entry.shape[-1] % 2:
+        raise FormatError(
+            f"{source}: tensor {entry.name!r} is {entry.dtype.name} with shape "
+            f"{list(entry.shape)}; torch needs an even last axis to pack it in pairs"
+        )
+    return (*entry.shape[:-1], entry.shape[-1] // 2)
+
+
+def _torch_view(buffer: Any, entry: TensorEntry, source: str) -> Any:
+    """A torch tensor over ``buffer()`` (a callable, so empty tensors map nothing)."""
+    import torch
+
+    dtype, shape = _torch_dtype(entry, source), _torch_shape(entry, source)
+    if entry.nbytes == 0:
+        return torch.empty(shape, dtype=dtype)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    count = entry.nbytes // itemsize
+    if entry.start % itemsize == 0:
+        flat = torch.frombuffer(buffer(), dtype=dtype, count=count, offset=entry.start)
+    else:  # a misaligned tensor (not written by safetensors writers): copy to align it
+        raw = torch.frombuffer(buffer(), dtype=torch.uint8, count=entry.nbytes, offset=entry.start)
+        flat = raw.clone().view(dtype)
+    return flat.reshape(shape)
+
+
+class SafetensorsFile:
+    """An open safetensors file or checkpoint directory; use as a context manager.
+
+    A directory is read through its ``model.safetensors.index.json`` (Hugging Face's
+    sharded layout) or, without one, as the union of its ``*.safetensors`` files.
+    Shards open on first use. Arrays read from it stay valid after :meth:`close`.
+
+    Example:
+        >>> with dataio.open_safetensors("model.safetensors") as st:  # doctest: +SKIP
+        ...     w = st.read(key="layer.weight", framework="torch")
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        self.index: dict[str, Any] | None = None
+        self._files: dict[str, _MappedFile] = {}
+        self._closed = False
+        if os.path.isdir(self.path):
+            self._where = self._directory_layout()
+        else:
+            single = self._open(self.path)
+            self._where = dict.fromkeys(single.header.tensors, self.path)
+
+    def _directory_layout(self) -> dict[str, str]:
+        index_path = os.path.join(self.path, INDEX_NAME)
+        if os.path.exists(index_path):
+            self.index = _read_index(index_path)
+            return {
+                name: os.path.join(self.path, file)
+                for name, file in self.index["weight_map"].items()
+            }
+        found = sorted(str(p) for p in Path(self.path).glob("*.safetensors") if p.is_file())
+        if not found:
+            raise NotFoundError(
+                f"{self.path!r} holds no {INDEX_NAME} and no *.safetensors files; "
+                "point at a checkpoint directory or file"
+            )
+        where: dict[str, str] = {}
+        for file in found:
+            for name in self._open(file).header.tensors:
+                if name in where:
+                    raise FormatError(
+                        f"tensor {name!r} is in both {where[name]} and {file}; without an "
+                        f"index the files of {self.path!r} must not repeat a tensor"
+                    )
+                where[name] = file
+        return where
+
+    def _open(self, file: str) -> _MappedFile:
+        if self._closed:
+            raise DataioError(f"{self.path!r} is closed; open it again to read")
+        opened = self._files.get(file)
+        if opened is None:
+            opened = _MappedFile(file)
+            self._files[file] = opened
+        return opened
+
+    def _entry(self, name: str) -> tuple[_MappedFile, TensorEntry]:
+        file = self._where.get(name)
+        if file is None:
+            names = list(self._where)
+            shown = ", ".join(repr(k) for k in names[:10])
+            more = f" and {len(names) - 10} more" if len(names) > 10 else ""
+            raise FieldError(f"{self.path!r} has no tensor {name!r}; it holds {shown}{more}")
+        opened = self._open(file)
+        entry = opened.header.tensors.get(name)
+        if entry is None:
+            raise FormatError(
+                f"{INDEX_NAME} of {self.path!r} puts tensor {name!r} in {file}, which does not "
+                "hold it; the index is stale, re-save the checkpoint"
+            )
+        return opened, entry
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        """The ``__metadata__`` strings of the file (of the first shard, for a directory)."""
+        if not self._where:
+            first = next(iter(self._files.values()), None)
+            return dict(first.header.metadata) if first else {}
+        return dict(self._open(next(iter(self._where.values()))).header.metadata)
+
+    def keys(self) -> list[str]:
+        """Tensor names, in file order (index order for a sharded checkpoint)."""
+        return list(self._where)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._where
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._where)
+
+    def read(
+        self,
+        key: str | None = None,
+        *,
+        keys: Iterable[str] | None = None,
+        framework: Framework = "numpy",
+        device: str | None = None,
+    ) -> Any:
+        """Read one tensor (``key=``), several (``keys=``) or, with neither, all of them.
+
+        Args:
+            key: one tensor name; the result is that array.
+            keys: tensor names; the result is a dict in the order given.
+            framework: ``"numpy"`` (read-only views) or ``"torch"`` (writable tensors over
+                a copy-on-write mapping).
+            device: ``None`` / ``"cpu"``, or ``"cuda:N"`` (torch only) to copy each tensor
+                to that GPU through pinned memory.
+
+        Raises:
+            FieldError: a name is not in the checkpoint.
+            DeviceError: the device is not available.
+        """
+        choice(framework, FRAMEWORKS, "framework")
+        if key is not None and keys is not None:
+            raise PlanError("pass key= for one tensor or keys= for several, not both")
+        names = [key] if key is not None else list(self._where if keys is None else keys)
+        if isinstance(keys, str):
+            raise PlanError(f"keys= takes a list of names, got the string {keys!r}; use key=")
+        target = cuda_target(device, framework)
+        out: dict[str, Any] = {}
+        for name in names:
+            opened, entry = self._entry(name)
+            if framework == "numpy":
+                out[name] = opened.array(entry)
+            else:
+                out[name] = opened.tensor(entry)
+        if target is not None:
+            out = to_device(out, target)
+        return out[key] if key is not None else out
+
+    def close(self) -> None:
+        """Close the files; arrays already read stay valid."""
+        self._closed = True
+        for opened in self._files.values():
+            opened.close()
+        self._files.clear()
+
+    def __enter__(self) -> SafetensorsFile:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{len(self._where)} tensors"
+        return f"<SafetensorsFile {self.path!r} ({state})>"
+
+
+def _read_index(path: str) -> dict[str, Any]:
+    try:
+        index = json.loads(read_bytes(path))
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise FormatError(f"{path} is not valid JSON ({exc}); re-save the checkpoint") from None
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise FormatError(f"{path} needs a 'weight_map' of tensor name -> shard file name")
+    for file in set(weight_map.values()):
+        if not file or os.path.basename(file) != file or file in (".", ".."):
+            raise FormatError(
+                f"{path} names shard {file!r}; shards must be plain file names in the "
+                "checkpoint directory"
+            )
+    return index
+
+
+def open_safetensors(path: str | os.PathLike[str]) -> SafetensorsFile:
+    """Open a safetensors file or checkpoint directory, reading only headers.
+
+    Example:
+        >>> with dataio.open_safetensors("/ckpt/model.safetensors") as st:  # doctest: +SKIP
+        ...     subset = st.read(keys=["layer.weight", "layer.bias"], framework="torch")
+    """
+    return SafetensorsFile(path)
+
+
+def read_safetensors(
+    path_or_dir: str | os.PathLike[str],
+    *,
+    keys: Iterable[str] | None = None,
+    framework: Framework = "numpy",
+    device: str | None = None,
+) -> dict[str, Any]:
+    """Read a safetensors file or (sharded) checkpoint directory into a dict of tensors.
+
+    NumPy results are read-only views of a shared file mapping; torch results are
+    writable views of a private copy-on-write mapping. Nothing is copied until a page is
+    touched (or, for torch, written). BF16 and F8 become ``ml_dtypes`` arrays in NumPy.
+
+    ``device="cuda:N"`` copies each tensor to the GPU through pinned host buffers;
+    GPUDirect Storage (see :func:`gds_info`) is not used for this yet.
+
+    Args:
+        path_or_dir: a ``.safetensors`` file or a directory (with or without
+            ``model.safetensors.index.json``).
+        keys: the tensors to read (default: all).
+        framework: ``"numpy"`` or ``"torch"``.
+        device: ``None`` / ``"cpu"`` or ``"cuda:N"`` (torch only).
+
+    Raises:
+        FormatError: a header or index is malformed.
+        NotFoundError: the path does not exist.
+        DeviceError: ``device`` names a GPU this host lacks.
+
+    Example:
+        >>> sd = dataio.read_safetensors("/ckpt/", framework="torch")  # doctest: +SKIP
+    """
+    with open_safetensors(path_or_dir) as st:
+        result: dict[str, Any] = st.read(keys=keys, framework=framework, device=device)
+        return result
