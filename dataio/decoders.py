@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Literal
 
+from dataio.exceptions import PlanError
 from dataio.ops import Op, choice, make_op
 
-__all__ = ["IMAGE_MODES", "image"]
+__all__ = ["IMAGE_MODES", "image", "numpy", "safetensors"]
 
 ImageMode = Literal["rgb", "gray", "rgba"]
 IMAGE_MODES: tuple[str, ...] = ("rgb", "gray", "rgba")
@@ -30,3 +31,31 @@ def image(*, mode: ImageMode = "rgb") -> Op:
         decode_image(mode='gray')
     """
     return make_op("decode_image", "decode", mode=choice(mode, IMAGE_MODES, "decode_image mode"))
+
+
+def numpy() -> Op:
+    """Decode NPY bytes (``np.save`` output) into the array they hold.
+
+    Arrays keep their dtype and shape; foreign byte order becomes native. Files holding
+    pickled Python objects are refused. Rows of a batch must share one shape.
+
+    Example:
+        >>> dataio.decoders.numpy()
+        decode_numpy()
+    """
+    return make_op("decode_numpy", "decode")
+
+
+def safetensors(*, key: str | None = None) -> Op:
+    """Decode one tensor of safetensors bytes into a NumPy array.
+
+    Args:
+        key: the tensor's name; ``None`` takes the file's only tensor.
+
+    Example:
+        >>> dataio.decoders.safetensors(key="embedding")
+        decode_safetensors(key='embedding')
+    """
+    if key is not None and (not isinstance(key, str) or not key):
+        raise PlanError(f"decode_safetensors key must be a non-empty string or None, got {key!r}")
+    return make_op("decode_safetensors", "decode", key=key)

@@ -140,6 +140,14 @@ class Slot:
         """Decode image bytes; see :func:`dataio.decoders.image`."""
         return self.then(decoders.image(mode=mode))
 
+    def decode_numpy(self) -> Slot:
+        """Decode NPY bytes; see :func:`dataio.decoders.numpy`."""
+        return self.then(decoders.numpy())
+
+    def decode_safetensors(self, *, key: str | None = None) -> Slot:
+        """Decode one safetensors tensor; see :func:`dataio.decoders.safetensors`."""
+        return self.then(decoders.safetensors(key=key))
+
     def resize(self, *, h: int, w: int) -> Slot:
         """Resize to ``h`` x ``w``; see :func:`dataio.transforms.resize`."""
         return self.then(transforms.resize(h=h, w=w))

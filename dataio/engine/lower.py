@@ -19,6 +19,7 @@ import numpy as np
 from dataio.exceptions import PlanError
 from dataio.pipeline import Pipeline, Slot
 from dataio.udfs.image import ImageSpec, run_chain
+from dataio.udfs.tensor import decode_npy, decode_safetensors
 
 __all__ = ["LOWERINGS", "KernelFn", "SlotKernel", "lower"]
 
@@ -87,8 +88,39 @@ def _lower_image(slot: Slot) -> SlotKernel:
     )
 
 
+def _only_decoder(slot: Slot) -> None:
+    if len(slot.ops) > 1:
+        raise PlanError(
+            f"slot {slot.name!r}: {slot.ops[0].name} takes no further ops, got {slot.ops[1]!r}; "
+            "reshape or cast tensors in a batch map"
+        )
+
+
+def _lower_numpy(slot: Slot) -> SlotKernel:
+    _only_decoder(slot)
+
+    def run(data: Any, rng: Any, out: Any) -> tuple[np.ndarray, tuple[int, ...] | None]:
+        return decode_npy(data), None
+
+    return SlotKernel(slot.name, slot.source_field, run)
+
+
+def _lower_safetensors(slot: Slot) -> SlotKernel:
+    _only_decoder(slot)
+    key = slot.ops[0].param("key")
+
+    def run(data: Any, rng: Any, out: Any) -> tuple[np.ndarray, tuple[int, ...] | None]:
+        return decode_safetensors(data, key), None
+
+    return SlotKernel(slot.name, slot.source_field, run)
+
+
 #: decoder op name -> lowering of the whole chain it starts
-LOWERINGS: dict[str, Callable[[Slot], SlotKernel]] = {"decode_image": _lower_image}
+LOWERINGS: dict[str, Callable[[Slot], SlotKernel]] = {
+    "decode_image": _lower_image,
+    "decode_numpy": _lower_numpy,
+    "decode_safetensors": _lower_safetensors,
+}
 
 
 def lower(plan: Pipeline) -> tuple[SlotKernel, ...]:
