@@ -14,7 +14,7 @@ Contenders, all with the same worker count (the usable cores):
   what torchvision's Resize(256), CenterCrop(224), ToTensor, Normalize do (written
   out by hand: torchvision is not installed here), persistent workers;
 * ``decode full``: simplejpeg full-size decode of each file on a thread pool, no transforms;
-* ``decode draft``: Pillow decode at the DCT scale dataio's kernel picks (draft(), gap 2).
+* ``decode draft``: simplejpeg decode at the DCT scale dataio's kernel picks (gap 2).
 
 Nothing here asserts on timings; the targets are printed as met or not met.
 """
@@ -22,7 +22,6 @@ Nothing here asserts on timings; the targets are printed as met or not met.
 from __future__ import annotations
 
 import argparse
-import io
 import math
 import os
 import time
@@ -38,9 +37,17 @@ from _common import BENCH_DATA, PeakRss, format_table, machine_lines, median, mi
 from PIL import Image
 
 import dataio
-from dataio.engine.lower import lower
+from dataio.engine.lower import image_spec as lower_image_spec
 from dataio.testing import make_jpegs
-from dataio.udfs.image import DRAFT_GAP, ImageSpec, plan_geometry, run_chain, write_pixels
+from dataio.udfs._resample import resample_into
+from dataio.udfs.image import (
+    ImageSpec,
+    _dct_scale,
+    _decode_jpeg_scaled,
+    _jpeg_header,
+    plan_geometry,
+    run_chain,
+)
 
 BATCH = 64
 PREFETCH = 4
@@ -85,9 +92,7 @@ def dataio_pipeline(*, normalize: bool, batch: int = BATCH) -> dataio.Pipeline:
 
 def image_spec(*, normalize: bool) -> ImageSpec:
     """The lowered kernel spec dataio runs for the benchmarked chain."""
-    spec = lower(dataio_pipeline(normalize=normalize))[0].image
-    assert spec is not None
-    return spec
+    return lower_image_spec(dataio_pipeline(normalize=normalize).slots[0])
 
 
 def describe_tensor(tensor: Any) -> str:
@@ -187,56 +192,18 @@ def decode_full(path: Path) -> tuple[int, ...]:
     return simplejpeg.decode_jpeg(path.read_bytes(), colorspace="RGB").shape
 
 
-def draft_request(
-    spec: ImageSpec, width: int, height: int
-) -> tuple[tuple[float, ...], tuple[int, int], tuple[int, int] | None]:
-    """Replicate dataio's draft choice: (source box, output size, draft size or None)."""
+def dct_scale(data: bytes, spec: ImageSpec) -> tuple[int, int, int, Any]:
+    """Replicate dataio's decode choice: (width, height, DCT scale, geometry)."""
+    width, height = _jpeg_header(data)
     geo = plan_geometry(spec.steps, width, height)
-    left, top, right, bottom = geo.box
-    factor = min((right - left) / geo.size[0], (bottom - top) / geo.size[1])
-    want = None
-    if factor >= 2 * DRAFT_GAP:
-        want = (math.ceil(width * DRAFT_GAP / factor), math.ceil(height * DRAFT_GAP / factor))
-    return geo.box, geo.size, want
-
-
-@dataclass(frozen=True)
-class Drafted:
-    """An opened JPEG with dataio's DCT scale set, and the geometry it was chosen for."""
-
-    image: Image.Image
-    source: tuple[int, int]
-    extent: tuple[float, float]
-    box: tuple[float, ...]
-    size: tuple[int, int]
-
-    def scaled_box(self) -> tuple[float, float, float, float]:
-        """The source box in decoded pixels (draft() reports the exact scaled extent)."""
-        sx, sy = self.extent[0] / self.source[0], self.extent[1] / self.source[1]
-        left, top, right, bottom = self.box
-        return (left * sx, top * sy, right * sx, bottom * sy)
-
-
-def open_drafted(data: bytes, spec: ImageSpec) -> Drafted:
-    """Open a JPEG and request the DCT scale dataio's kernel would (pixels not decoded)."""
-    image = Image.open(io.BytesIO(data))
-    source = image.size
-    extent: tuple[float, float] = source
-    box, size, want = draft_request(spec, *source)
-    if want is not None:
-        drafted = image.draft("RGB", want)
-        if drafted is not None:
-            extent = (drafted[1][2], drafted[1][3])
-    return Drafted(image, source, extent, box, size)
+    return width, height, _dct_scale(geo), geo
 
 
 def decode_drafted(path: Path, spec: ImageSpec) -> tuple[int, ...]:
     """Read and decode one JPEG at dataio's DCT scale, no transforms; returns the shape."""
-    with open_drafted(path.read_bytes(), spec).image as image:
-        image.load()
-        if image.mode != "RGB":
-            image = image.convert("RGB")
-        return (image.size[1], image.size[0], 3)
+    data = path.read_bytes()
+    width, height, scale, _ = dct_scale(data, spec)
+    return _decode_jpeg_scaled(data, "rgb", width, height, scale).shape
 
 
 def run_decode(
@@ -356,20 +323,25 @@ class Stopwatch:
 
 
 def dataio_stages(data: bytes, clock: Stopwatch, f32: ImageSpec, u8: ImageSpec) -> None:
-    """Time dataio's kernel step by step (as ``_decode_geometry`` + ``write_pixels`` do)."""
-    drafted = open_drafted(data, f32)
-    clock.lap("dataio: open header + plan + draft")
-    image = drafted.image
-    image.load()
-    clock.lap("dataio: decode at DCT scale")
-    out = image.resize(drafted.size, Image.Resampling.BILINEAR, box=drafted.scaled_box())
-    clock.lap("dataio: resize box -> 224x224")
-    pixels = np.asarray(out)
-    clock.lap("dataio: to numpy")
-    write_pixels(pixels, f32, np.empty((3, CROP, CROP), np.float32))
-    clock.lap("dataio: normalize -> float32 CHW")
-    write_pixels(pixels, u8, np.empty((3, CROP, CROP), np.uint8))
-    clock.lap("dataio: (uint8 variant) copy -> uint8 CHW")
+    """Time dataio's kernel step by step (as ``_native_chain`` does)."""
+    width, height, scale, geo = dct_scale(data, f32)
+    clock.lap("dataio: header + plan")
+    pixels = _decode_jpeg_scaled(data, "rgb", width, height, scale)
+    clock.lap("dataio: decode at DCT scale (simplejpeg)")
+    box = tuple(v / scale for v in geo.box)
+    box = (box[0], box[1], min(box[2], pixels.shape[1]), min(box[3], pixels.shape[0]))
+    out = np.empty((3, CROP, CROP), np.float32)
+    resample_into(
+        pixels, pixels.shape[0], pixels.shape[1], 3, box, out, CROP, CROP, True, True,
+        f32.scale.tolist(), f32.bias.tolist(), False, False,
+    )  # fmt: skip
+    clock.lap("dataio: C resample + normalize -> float32 CHW")
+    out8 = np.empty((3, CROP, CROP), np.uint8)
+    resample_into(
+        pixels, pixels.shape[0], pixels.shape[1], 3, box, out8, CROP, CROP, True, False,
+        None, None, False, False,
+    )  # fmt: skip
+    clock.lap("dataio: (uint8 variant) C resample -> uint8 CHW")
     run_chain(data, f32, None, np.empty((3, CROP, CROP), np.float32))
     clock.lap("dataio: run_chain float32, whole kernel")
 

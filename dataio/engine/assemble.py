@@ -60,11 +60,25 @@ def _stack(name: str, arrays: list[np.ndarray]) -> np.ndarray:
     return np.stack(arrays)
 
 
+def _whole(job: BatchJob) -> Batch:
+    """Every row survived: hand over the job's buffers and lists as they are."""
+    columns: dict[str, Any] = {}
+    for kernel in job.kernels:
+        if kernel.name in job.buffers:
+            columns[kernel.name] = job.buffers[kernel.name]
+        else:
+            values = job.values[kernel.name]
+            columns[kernel.name] = values if kernel.passthrough else _stack(kernel.name, values)
+    return Batch(columns, keys=job.keys, indices=job.positions, sizes=job.sizes)  # type: ignore[arg-type]
+
+
 def assemble(job: BatchJob, policy: FailurePolicy) -> Batch:
     """Apply the failure policy and build the batch; Python map errors re-raise as is."""
     if job.fatal:
         raise min(job.fatal, key=lambda item: item[0])[1]
     errors = [e for e in job.errors if e is not None]
+    if not errors:
+        return _whole(job)
     policy.report(errors)
     keep = [row for row, e in enumerate(job.errors) if e is None]
     policy.check(errors, len(keep), len(job.records))

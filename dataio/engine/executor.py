@@ -125,6 +125,9 @@ class Executor:
         # Passthrough-only plans have no kernel worth a task per record: one task per
         # batch avoids ~10 us of scheduling per record.
         self._whole_jobs = all(kernel.passthrough for kernel in kernels)
+        # ...and without record maps there is nothing worth a thread handoff: the consumer
+        # builds such batches itself (about 10x the records/s of a pool round trip).
+        self._inline = self._whole_jobs and not self._maps
         self._queue: deque[tuple[BatchJob, range]] = deque()
         self._running: set[concurrent.futures.Future[None]] = set()
         self._lock = threading.Lock()
@@ -161,6 +164,10 @@ class Executor:
                 self._exhausted = True
                 break
             job = BatchJob(chunk.positions, chunk.records, self._kernels, chunk.end)
+            if self._inline:
+                self._run_rows(job, range(len(chunk.records)))
+                self._jobs.append(job)
+                continue
             with self._lock:
                 self._jobs.append(job)
                 rows = range(len(chunk.records))
@@ -205,14 +212,32 @@ class Executor:
 
     def _run_rows(self, job: BatchJob, rows: range) -> None:
         try:
-            for row in rows:
-                self._process(job, row)
+            if not (self._whole_jobs and self._columns_at_once(job)):
+                for row in rows:
+                    self._process(job, row)
         finally:
             with self._cond:
                 job.remaining -= len(rows)
                 if job.remaining == 0:
                     job.done = True
                     self._cond.notify_all()
+
+    def _columns_at_once(self, job: BatchJob) -> bool:
+        """Passthrough-only batches of plain dicts: one list per column, no per-row calls.
+
+        Returns False (having changed nothing) when a record needs the per-row path:
+        record maps, a non-dict record or a missing field, so errors stay per row.
+        """
+        records = job.records
+        if self._maps or not all(type(record) is dict for record in records):
+            return False
+        try:
+            columns = {k.name: [record[k.field] for record in records] for k in self._kernels}
+        except KeyError:
+            return False
+        job.values.update(columns)
+        job.keys = [record.get("key", record.get("__key__")) for record in records]
+        return True
 
     def _process(self, job: BatchJob, row: int) -> None:
         index = job.positions[row]

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
+
 from dataio.sources.base import IndexedSource
 
 __all__ = ["FeistelPermutation", "PermutedIndexed"]
@@ -23,6 +25,13 @@ def _mix(value: int) -> int:
     value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
     value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & _MASK64
     return value ^ (value >> 31)
+
+
+def _mix_array(value: np.ndarray) -> np.ndarray:
+    value = value + np.uint64(0x9E3779B97F4A7C15)
+    value = (value ^ (value >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    value = (value ^ (value >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return value ^ (value >> np.uint64(31))
 
 
 class FeistelPermutation:
@@ -50,6 +59,27 @@ class FeistelPermutation:
         while value >= self.n:  # cycle walking stays inside range(n)
             value = self._encrypt(value)
         return value
+
+    def many(self, indices: Sequence[int]) -> list[int]:
+        """``[self[i] for i in indices]``, computed with NumPy over the whole list."""
+        values = np.asarray(indices, dtype=np.uint64)
+        if values.size and (int(values.max()) >= self.n):
+            raise IndexError(int(values.max()))
+        out = self._encrypt_array(values)
+        walking = out >= self.n
+        while walking.any():  # cycle walking, only for the values still outside range(n)
+            out[walking] = self._encrypt_array(out[walking])
+            walking = out >= self.n
+        return [int(v) for v in out]
+
+    def _encrypt_array(self, values: np.ndarray) -> np.ndarray:
+        half = np.uint64(self.half)
+        mask = np.uint64(self.mask)
+        left, right = values >> half, values & mask
+        with np.errstate(over="ignore"):  # splitmix64 relies on wrapping multiplication
+            for key in self.keys:
+                left, right = right, left ^ (_mix_array(right ^ np.uint64(key)) & mask)
+        return (left << half) | right
 
     def __len__(self) -> int:
         return self.n
@@ -83,8 +113,7 @@ class PermutedIndexed(IndexedSource):
 
     def get_many(self, indices: Sequence[int]) -> list[Any]:
         """Forward the remapped positions to the parent's bulk read."""
-        perm = self._permutation()
-        return self.parent.get_many([perm[i] for i in indices])
+        return self.parent.get_many(self._permutation().many(indices))
 
     def describe(self) -> dict[str, Any]:
         """Shuffle settings and the parent."""

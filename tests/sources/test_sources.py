@@ -468,3 +468,15 @@ def test_truncated_archive_names_the_file(tmp_path: Path, tiny_images) -> None:
         list(dataio.webdataset(str(tmp_path / "t-{0..0}.tar")))
     with pytest.raises(dataio.NotFoundError):
         list(dataio.archive(tmp_path / "missing.zip"))
+
+
+@settings(max_examples=20, deadline=None)
+@given(n=st.integers(1, 10**12), seed=st.integers(0, 2**64 - 1), data=st.data())
+def test_vectorized_permutation_equals_the_scalar_one(n, seed, data) -> None:
+    from dataio.sources.permutation import FeistelPermutation
+
+    perm = FeistelPermutation(n, seed)
+    indices = data.draw(st.lists(st.integers(0, n - 1), max_size=50))
+    assert perm.many(indices) == [perm[i] for i in indices]
+    with pytest.raises(IndexError):
+        perm.many([n])
