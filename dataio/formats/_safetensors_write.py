@@ -49,8 +49,8 @@ class _Tensor:
 
     def __init__(self, name: str, value: Any) -> None:
         self.name = name
-        if isinstance(value, np.ndarray):
-            self.dtype, self.shape, self.data = _numpy_bytes(name, value)
+        if isinstance(value, np.ndarray | np.generic):
+            self.dtype, self.shape, self.data = _numpy_bytes(name, np.asarray(value))
         elif type(value).__module__.split(".")[0] == "torch" and hasattr(value, "untyped_storage"):
             self.dtype, self.shape, self.data = _torch_bytes(name, value)
         else:
@@ -140,15 +140,25 @@ def _write_file(path: str, tensors: list[_Tensor], metadata: dict[str, str]) -> 
 
 
 def _shards(tensors: list[_Tensor], limit: int) -> list[list[_Tensor]]:
-    """Split in state-dict order; a tensor larger than the limit gets a shard of its own."""
-    shards: list[list[_Tensor]] = [[]]
+    """Split in state-dict order the way ``huggingface_hub`` does.
+
+    A tensor larger than the limit becomes a shard of its own right away; the others
+    fill the current shard until the next one would overflow it.
+    """
+    shards: list[list[_Tensor]] = []
+    current: list[_Tensor] = []
     size = 0
     for t in tensors:
-        if shards[-1] and size + t.nbytes > limit:
-            shards.append([])
-            size = 0
-        shards[-1].append(t)
+        if t.nbytes > limit:
+            shards.append([t])
+            continue
+        if current and size + t.nbytes > limit:
+            shards.append(current)
+            current, size = [], 0
+        current.append(t)
         size += t.nbytes
+    if current or not shards:
+        shards.append(current)
     return shards
 
 

@@ -172,11 +172,15 @@ class SafetensorsFile:
         self.index: dict[str, Any] | None = None
         self._files: dict[str, _MappedFile] = {}
         self._closed = False
-        if os.path.isdir(self.path):
-            self._where = self._directory_layout()
-        else:
-            single = self._open(self.path)
-            self._where = dict.fromkeys(single.header.tensors, self.path)
+        try:
+            if os.path.isdir(self.path):
+                self._where = self._directory_layout()
+            else:
+                single = self._open(self.path)
+                self._where = dict.fromkeys(single.header.tensors, self.path)
+        except BaseException:
+            self.close()
+            raise
 
     def _directory_layout(self) -> dict[str, str]:
         index_path = os.path.join(self.path, INDEX_NAME)
