@@ -437,8 +437,10 @@ def test_missing_paths(tmp_path: Path) -> None:
 # -- devices -------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on hosts without CUDA")
-def test_cuda_without_a_gpu_is_a_clear_error(tmp_path: Path) -> None:
+def test_cuda_without_a_gpu_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on a CPU-only host
     write_safetensors(tmp_path / "m.safetensors", {"w": np.ones(3, np.float32)})
     with pytest.raises(DeviceError, match=r"device='cuda:0' needs CUDA.*device=None") as caught:
         read_safetensors(tmp_path / "m.safetensors", framework="torch", device="cuda:0")
