@@ -35,9 +35,7 @@ def collate(batch: dataio.Batch) -> dict:
 def main() -> None:
     dataset = Squares(20)
     source = dataio.records(dataset, indexed=True).shuffle(seed=1)
-    pipe = dataio.pipeline(
-        dataio.slot("value").passthrough(), dataio.batch(4), dataio.map(collate)
-    )
+    pipe = dataio.pipeline(dataio.slot("value").passthrough(), dataio.batch(4), dataio.map(collate))
     for rank in range(2):
         loader = pipe.bind(source).run(shard={"id": rank, "of": 2, "pad": True})
         print(f"rank {rank}: {len(loader)} batches")
