@@ -140,7 +140,7 @@ class Hdf5File:
         if not copy:
             mapped = self._mapped_view(dataset)
             if mapped is not None:
-                view = mapped[index]
+                view = mapped[(*index, Ellipsis)]  # the Ellipsis keeps 0-d results arrays
                 if not view.dtype.isnative:
                     view = view.astype(view.dtype.newbyteorder("="))
                 view.flags.writeable = False
