@@ -15,8 +15,8 @@ Columns:
   data is read);
 * ``open+touch``: that plus reading one byte of every 4 KiB page of every tensor, the
   least work that makes every byte resident, so lazy and eager loaders compare fairly;
-* ``peak RSS``: the child's peak resident memory minus its resident memory before the
-  call (``ru_maxrss``; file pages of a mapping count once touched);
+* ``peak RSS``: the child's peak resident memory (``VmHWM``, reset just before the call)
+  minus its resident memory before the call; file pages of a mapping count once touched;
 * ``anon``: anonymous (private, copied) memory added by the call, after touching: what
   the load really costs, since mapped file pages are shared with the page cache.
 
@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -124,11 +123,7 @@ def prepare(folder: Path, tensors: int, tensor_mib: int) -> dict[str, Path]:
 
 
 def _anon() -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) * 1024
-    return 0
+    return _status("RssAnon")
 
 
 def _rss() -> int:
@@ -136,8 +131,22 @@ def _rss() -> int:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _status(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def _reset_peak() -> None:
+    """Reset the kernel's high-water mark of resident memory (VmHWM) to the current RSS."""
+    with open("/proc/self/clear_refs", "w") as refs:
+        refs.write("5")
+
+
 def _peak() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return _status("VmHWM")
 
 
 def _touch(tensors: dict[str, Any]) -> int:
@@ -199,6 +208,7 @@ def child(args: argparse.Namespace) -> None:
     import dataio.formats.safetensors  # noqa: F401
 
     if args.child == "load":
+        _reset_peak()
         rss, anon = _rss(), _anon()
         start = time.perf_counter()
         tensors = _load(args.name, args.path)
@@ -209,6 +219,7 @@ def child(args: argparse.Namespace) -> None:
         assert len(tensors) == args.tensors, (len(tensors), args.tensors)
     else:
         state = state_dict(WRITERS[args.name], args.tensors, args.tensor_mib)
+        _reset_peak()
         rss, anon = _rss(), _anon()
         start = time.perf_counter()
         _write(args.name, state, args.path)
