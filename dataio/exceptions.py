@@ -13,9 +13,11 @@ __all__ = [
     "FieldError",
     "FormatError",
     "NotFoundError",
+    "OutOfRangeError",
     "PlanError",
     "ShapeMismatchError",
     "TransformError",
+    "TransportError",
 ]
 
 
@@ -98,3 +100,11 @@ class BatchFailedError(DataioError, RuntimeError):
     def __init__(self, message: str, errors: list[DataioError]) -> None:
         super().__init__(message)
         self.errors = errors
+
+
+class TransportError(DataioError, ConnectionError):
+    """A transport peer cannot be reached, went away, or refused or failed an operation."""
+
+
+class OutOfRangeError(DataioError, IndexError):
+    """An offset or size falls outside the region a server exposes."""
