@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dataio import decoders, testing, transforms
+from dataio import batch_transforms, cond, decoders, testing, transforms
 from dataio.batch import Batch
+from dataio.custom import custom_op
 from dataio.exceptions import (
     BatchFailedError,
     CheckpointError,
@@ -85,8 +86,11 @@ __all__ = [
     "__version__",
     "archive",
     "batch",
+    "batch_transforms",
     "capabilities",
     "collate",
+    "cond",
+    "custom_op",
     "decoders",
     "files",
     "from_callable",

@@ -24,7 +24,7 @@ class Batch:
         sizes: per image slot, each row's source ``(height, width)`` before transforms.
     """
 
-    __slots__ = ("_columns", "errors", "indices", "keys", "sizes")
+    __slots__ = ("_columns", "_indices", "_keys", "_sizes", "errors", "mixed_by", "row_values")
 
     def __init__(
         self,
@@ -34,12 +34,44 @@ class Batch:
         indices: list[int],
         errors: list[DataioError] | None = None,
         sizes: dict[str, list[tuple[int, int]]] | None = None,
+        row_values: frozenset[str] = frozenset(),
+        mixed_by: str | None = None,
     ) -> None:
         self._columns = columns
-        self.keys = keys
-        self.indices = indices
+        self._keys = keys
+        self._indices = indices
         self.errors = errors or []
-        self.sizes = sizes or {}
+        self._sizes = sizes or {}
+        #: columns holding one Python value per record (passthrough and object slots)
+        self.row_values = row_values
+        #: the batch transform that blended rows (``mixup``/``cutmix``), else ``None``
+        self.mixed_by = mixed_by
+
+    def _unmixed(self, what: str) -> None:
+        if self.mixed_by is not None:
+            raise DataioError(
+                f"batch.{what} is not available after {self.mixed_by}: its rows blend "
+                f"several records; read it in a batch map placed before {self.mixed_by}, "
+                "or carry it in a tensor slot"
+            )
+
+    @property
+    def keys(self) -> list[Any]:
+        """Each row's ``key`` field (``None`` when the record has none)."""
+        self._unmixed("keys")
+        return self._keys
+
+    @property
+    def indices(self) -> list[int]:
+        """Each row's record index in the stream."""
+        self._unmixed("indices")
+        return self._indices
+
+    @property
+    def sizes(self) -> dict[str, list[tuple[int, int]]]:
+        """Per decoded slot, each row's source size (``(height, width)`` for images)."""
+        self._unmixed("sizes")
+        return self._sizes
 
     @property
     def slots(self) -> list[str]:
@@ -47,30 +79,38 @@ class Batch:
         return list(self._columns)
 
     def __getitem__(self, slot: str) -> Any:
-        try:
-            return self._columns[slot]
-        except KeyError:
-            raise FieldError(f"slot {slot!r} is not in this batch; slots: {self.slots}") from None
+        if slot not in self._columns:
+            raise FieldError(f"slot {slot!r} is not in this batch; slots: {self.slots}")
+        if slot in self.row_values:
+            self._unmixed(f"[{slot!r}] (per-record values)")
+        return self._columns[slot]
 
     def __contains__(self, slot: object) -> bool:
         return slot in self._columns
 
     def __len__(self) -> int:
-        return len(self.indices)
+        return len(self._indices)
 
     def items(self) -> Iterator[tuple[str, Any]]:
-        """Iterate over ``(slot name, column)`` pairs."""
-        return iter(self._columns.items())
+        """Iterate over ``(slot name, column)`` pairs (per-record values raise after mixing)."""
+        return iter((name, self[name]) for name in self._columns)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the columns as a plain dict."""
-        return dict(self._columns)
+        return dict(self.items())
 
-    def with_columns(self, columns: dict[str, Any]) -> Batch:
-        """Return a batch with the same metadata and new columns."""
-        return Batch(
-            columns, keys=self.keys, indices=self.indices, errors=self.errors, sizes=self.sizes
-        )
+    def with_columns(self, columns: dict[str, Any], **changes: Any) -> Batch:
+        """Return a batch with new columns; metadata is kept unless given in ``changes``."""
+        fields: dict[str, Any] = {
+            "keys": self._keys,
+            "indices": self._indices,
+            "errors": self.errors,
+            "sizes": self._sizes,
+            "row_values": self.row_values,
+            "mixed_by": self.mixed_by,
+        }
+        fields.update(changes)
+        return Batch(columns, **fields)
 
     def __repr__(self) -> str:
         parts = []
@@ -82,4 +122,5 @@ class Batch:
             else:
                 parts.append(f"{name}: list[{len(column)}]")
         errors = f", errors={len(self.errors)}" if self.errors else ""
-        return f"Batch(rows={len(self)}, {', '.join(parts)}{errors})"
+        mixed = f", mixed_by={self.mixed_by}" if self.mixed_by else ""
+        return f"Batch(rows={len(self)}, {', '.join(parts)}{errors}{mixed})"

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from dataio.engine.assemble import FailurePolicy, assemble
+from dataio.engine.batch_ops import apply_batch_ops, padded_slots
 from dataio.engine.executor import Executor
 from dataio.engine.export import to_arrow, to_torch
 from dataio.engine.lower import lower
@@ -91,6 +92,7 @@ class Loader:
         self.shard = ShardSpec.parse(shard)
         self._policy = FailurePolicy(on_failure, log_errors)
         self._kernels = lower(plan)
+        self._unstacked = padded_slots(plan.batch_ops)
         shape = plan.shape
         prefetch = shape.prefetch
         if max_prefetch_bytes is not None:
@@ -172,7 +174,9 @@ class Loader:
         return mine // shape.size if shape.drop_last else math.ceil(mine / shape.size)
 
     def _deliver(self, job: Any) -> Any:
-        batch = assemble(job, self._policy)
+        batch = assemble(job, self._policy, self._unstacked)
+        if self.plan.batch_ops:
+            batch = apply_batch_ops(batch, self.plan.batch_ops, self._seed, self._epoch)
         item: Any = batch
         if self.output == "torch":
             item = to_torch(batch, self.device)

@@ -8,12 +8,12 @@ engine lowers a chain of them into one fused kernel.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from dataio.exceptions import PlanError
 
-OpKind = Literal["decode", "geometry", "normalize", "output"]
+OpKind = Literal["decode", "geometry", "array", "branch", "normalize", "output", "custom", "batch"]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -26,19 +26,37 @@ class Op:
     Attributes:
         name: the kernel name, e.g. ``"resize_short"``.
         kind: ``"decode"`` (bytes to array), ``"geometry"`` (resampling, crops, flips),
-            ``"normalize"`` or ``"output"`` (dtype and layout of the slot's tensor).
+            ``"array"`` (any other per-record op on the decoded value), ``"branch"``
+            (``when/then/otherwise``), ``"normalize"``, ``"output"`` (dtype and layout of
+            an image tensor), ``"custom"`` (a batch-level :func:`dataio.custom_op`) or
+            ``"batch"`` (a batch transform after the shape stage).
         params: the parameters as sorted ``(name, value)`` pairs of plain values.
         random: whether the op draws from the per-record random generator.
+        applies_to: the decoders whose output this op accepts (empty: any).
+        fn: the Python function of a custom op (not part of equality or signatures;
+            its name and version are).
     """
 
     name: str
     kind: OpKind
     params: tuple[tuple[str, Any], ...] = ()
     random: bool = False
+    applies_to: tuple[str, ...] = field(default=(), compare=False)
+    fn: Any = field(default=None, compare=False, repr=False)
 
     def param(self, name: str) -> Any:
         """Return the value of parameter ``name``."""
         return dict(self.params)[name]
+
+    def params_dict(self) -> dict[str, Any]:
+        """The parameters as a dict."""
+        return dict(self.params)
+
+    def __call__(self, value: Any) -> Any:
+        """Apply a custom op's function (so one can also serve as a ``map_records`` fn)."""
+        if self.fn is None:
+            raise PlanError(f"{self.name} is a plan node; only custom ops can be called")
+        return self.fn(value, **dict(self.param("params")))
 
     def describe(self) -> dict[str, Any]:
         """Return a JSON-ready description, used by signatures and ``explain()``."""
@@ -49,14 +67,28 @@ class Op:
         return f"{self.name}({args})"
 
 
-def make_op(name: str, kind: OpKind, *, random: bool = False, **params: Any) -> Op:
+IMAGE_ONLY = ("decode_image",)
+AUDIO_ONLY = ("decode_audio",)
+ARRAYS = ("decode_image", "decode_audio", "decode_numpy", "decode_safetensors")
+
+
+def make_op(
+    name: str,
+    kind: OpKind,
+    *,
+    random: bool = False,
+    applies_to: tuple[str, ...] = (),
+    **params: Any,
+) -> Op:
     """Build an :class:`Op` with its parameters in a canonical order."""
-    return Op(name, kind, tuple(sorted(params.items())), random)
+    return Op(name, kind, tuple(sorted(params.items())), random, applies_to)
 
 
 def _plain(value: Any) -> Any:
     if isinstance(value, tuple):
         return [_plain(v) for v in value]
+    if hasattr(value, "describe"):  # nested ops and predicates
+        return value.describe()
     return value
 
 

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from dataio import decoders, transforms
+from dataio.cond import Predicate
 from dataio.exceptions import PlanError
-from dataio.ops import Op, positive_int
+from dataio.ops import Op, make_op, positive_int
 
 if TYPE_CHECKING:
     from dataio.loader import Loader
@@ -111,6 +112,8 @@ class Slot:
     ops: tuple[Op, ...] = ()
     passthrough_values: bool = False
     field_name: str | None = None
+    optional: bool = False
+    active: Predicate | None = None
 
     @property
     def source_field(self) -> str:
@@ -180,6 +183,108 @@ class Slot:
         """Set dtype and layout; see :func:`dataio.transforms.output`."""
         return self.then(transforms.output(**options))
 
+    def decode_audio(self, **options: Any) -> Slot:
+        """Decode audio; see :func:`dataio.decoders.audio`."""
+        return self.then(decoders.audio(**options))
+
+    def decode_json(self) -> Slot:
+        """Parse JSON; see :func:`dataio.decoders.json`."""
+        return self.then(decoders.json())
+
+    def decode_text(self, *, encoding: str = "utf-8") -> Slot:
+        """Decode text; see :func:`dataio.decoders.text`."""
+        return self.then(decoders.text(encoding=encoding))
+
+    def decode_bytes(self) -> Slot:
+        """Raw bytes; see :func:`dataio.decoders.bytes`."""
+        return self.then(decoders.bytes())
+
+    def decode_pt(self) -> Slot:
+        """Load torch weights; see :func:`dataio.decoders.pt`."""
+        return self.then(decoders.pt())
+
+    def pad(self, **options: Any) -> Slot:
+        """Pad borders; see :func:`dataio.transforms.pad`."""
+        return self.then(transforms.pad(**options))
+
+    def rotate90(self, k: int = 1) -> Slot:
+        """Quarter turns; see :func:`dataio.transforms.rotate90`."""
+        return self.then(transforms.rotate90(k))
+
+    def grayscale(self, **options: Any) -> Slot:
+        """Luma; see :func:`dataio.transforms.grayscale`."""
+        return self.then(transforms.grayscale(**options))
+
+    def color_jitter(self, **options: Any) -> Slot:
+        """Random color changes; see :func:`dataio.transforms.color_jitter`."""
+        return self.then(transforms.color_jitter(**options))
+
+    def to_dtype(self, dtype: Any, **options: Any) -> Slot:
+        """Cast; see :func:`dataio.transforms.to_dtype`."""
+        return self.then(transforms.to_dtype(dtype, **options))
+
+    def standardize(self, **options: Any) -> Slot:
+        """Per-sample normalization; see :func:`dataio.transforms.standardize`."""
+        return self.then(transforms.standardize(**options))
+
+    def fix_length(self, length: int, **options: Any) -> Slot:
+        """Crop or pad audio; see :func:`dataio.transforms.fix_length`."""
+        return self.then(transforms.fix_length(length, **options))
+
+    def gain(self, db: float) -> Slot:
+        """Audio gain; see :func:`dataio.transforms.gain`."""
+        return self.then(transforms.gain(db))
+
+    def active_when(self, predicate: Predicate) -> Slot:
+        """Decode this optional slot only for records where a field ``predicate`` holds.
+
+        Other rows get ``None`` and their bytes are never read or decoded.
+
+        Example:
+            >>> from dataio import cond as c
+            >>> dataio.slot("mask", optional=True).active_when(c.col("mask_id").is_not_null())
+            slot('mask', optional=True).active_when(...)
+        """
+        if not self.optional:
+            raise PlanError(f"slot {self.name!r}: active_when needs slot(..., optional=True)")
+        if not isinstance(predicate, Predicate) or predicate.kind != "field":
+            raise PlanError(
+                f"slot {self.name!r}: active_when takes a field predicate such as "
+                "dataio.cond.col('x').is_not_null()"
+            )
+        return replace(self, active=predicate)
+
+    def when(self, predicate: Predicate) -> When:
+        """Branch on the decoded value's shape: ``.when(p).then(ops).otherwise(ops)``.
+
+        Example:
+            >>> from dataio import cond as c, transforms as t
+            >>> s = (dataio.slot("image").decode_image()
+            ...      .when(c.shape(axis=0).gt(512)).then(t.center_crop(h=512, w=512))
+            ...      .otherwise(t.resize(h=512, w=512)))
+        """
+        if not isinstance(predicate, Predicate) or predicate.kind != "shape":
+            raise PlanError(
+                f"slot {self.name!r}: when() takes a shape predicate such as "
+                "dataio.cond.shape(axis=0).gt(512); field predicates gate slots with active_when"
+            )
+        if not self.ops:
+            raise PlanError(f"slot {self.name!r}: when() needs a decoder before it")
+        return When(self, predicate)
+
+    def otherwise(self, *ops: Op) -> Slot:
+        """The ops of the last ``when`` branch's false side."""
+        last = self.ops[-1] if self.ops else None
+        if last is None or last.kind != "branch" or last.param("otherwise"):
+            raise PlanError(f"slot {self.name!r}: otherwise() must follow .when(...).then(...)")
+        _check_branch_ops(self.name, ops)
+        branch = make_op(
+            "when", "branch", pred=last.param("pred"), then=last.param("then"), otherwise=tuple(ops)
+        )
+        chain = (*self.ops[:-1], branch)
+        _validate_chain(self.name, chain)
+        return replace(self, ops=chain)
+
     def passthrough(self) -> Slot:
         """Deliver the field's Python values unchanged, as a list in row order.
 
@@ -194,6 +299,10 @@ class Slot:
     def describe(self) -> dict[str, Any]:
         """Return a JSON-ready description."""
         body: dict[str, Any] = {"slot": self.name, "field": self.source_field}
+        if self.optional:
+            body["optional"] = True
+        if self.active is not None:
+            body["active_when"] = self.active.describe()
         if self.passthrough_values:
             body["passthrough"] = True
         else:
@@ -201,10 +310,46 @@ class Slot:
         return body
 
     def __repr__(self) -> str:
-        head = f"slot({self.name!r})"
+        head = f"slot({self.name!r}, optional=True)" if self.optional else f"slot({self.name!r})"
+        if self.active is not None:
+            head += ".active_when(...)"
         if self.passthrough_values:
             return head + ".passthrough()"
         return head + "".join(f".{op!r}" for op in self.ops)
+
+
+@dataclass(frozen=True)
+class When:
+    """The pending ``slot.when(predicate)``: call :meth:`then` with the true-side ops."""
+
+    slot: Slot
+    predicate: Predicate
+
+    def then(self, *ops: Op) -> Slot:
+        """Ops applied when the predicate holds; chain ``.otherwise(...)`` for the rest."""
+        _check_branch_ops(self.slot.name, ops)
+        branch = make_op("when", "branch", pred=self.predicate, then=tuple(ops), otherwise=())
+        return self.slot.then(branch)
+
+
+def _check_branch_ops(name: str, ops: tuple[Op, ...]) -> None:
+    for op in ops:
+        if not isinstance(op, Op) or op.kind not in ("geometry", "array", "branch"):
+            raise PlanError(
+                f"slot {name!r}: a branch holds transforms (geometry or array ops), got {op!r}"
+            )
+
+
+def _decoder_check(name: str, decoder: Op, ops: tuple[Op, ...]) -> None:
+    for op in ops:
+        if op.kind == "branch":
+            _decoder_check(name, decoder, op.param("then") + op.param("otherwise"))
+        elif op.applies_to and decoder.name not in op.applies_to:
+            accepted = " or ".join(op.applies_to)
+            raise PlanError(
+                f"slot {name!r}: {op.name} needs {accepted}, but the chain decodes with "
+                f"{decoder.name}"
+            )
 
 
 def _validate_chain(name: str, ops: tuple[Op, ...]) -> None:
@@ -216,23 +361,34 @@ def _validate_chain(name: str, ops: tuple[Op, ...]) -> None:
         )
     if kinds.count("decode") > 1:
         raise PlanError(f"slot {name!r}: a chain holds one decoder, got {kinds.count('decode')}")
-    order = {"decode": 0, "geometry": 1, "normalize": 2, "output": 3}
+    if any(op.kind == "batch" for op in ops):
+        raise PlanError(
+            f"slot {name!r}: batch transforms go after the shape stage in dataio.pipeline(...), "
+            "not in a slot chain"
+        )
+    order = {"decode": 0, "geometry": 1, "array": 1, "branch": 1, "normalize": 2, "output": 3}
+    order["custom"] = 4
     for previous, op in itertools.pairwise(ops):
         if order[op.kind] < order[previous.kind]:
             raise PlanError(
-                f"slot {name!r}: {op!r} cannot follow {previous!r}; "
-                "order a chain as decode, geometry ops, normalize, output"
+                f"slot {name!r}: {op!r} cannot follow {previous!r}; order a chain as decode, "
+                "transforms, normalize, output, custom ops"
             )
         if op.kind in ("normalize", "output") and op.kind == previous.kind:
             raise PlanError(f"slot {name!r}: {op.name} appears twice")
+    if ops:
+        _decoder_check(name, ops[0], ops[1:])
     normalize = next((op for op in ops if op.kind == "normalize"), None)
     out = next((op for op in ops if op.kind == "output"), None)
     if normalize is not None and out is not None and out.param("dtype") == "uint8":
         raise PlanError(f"slot {name!r}: normalize produces float32; drop output(dtype='uint8')")
 
 
-def slot(name: str, *, field: str | None = None) -> Slot:
+def slot(name: str, *, field: str | None = None, optional: bool = False) -> Slot:
     """Start a slot chain for record field ``name`` (or ``field`` when it differs).
+
+    An ``optional`` slot gives ``None`` for records that lack the field, hold ``None``
+    in it, or fail its :meth:`Slot.active_when` predicate, instead of an error.
 
     Example:
         >>> dataio.slot("image").decode_image(mode="rgb").resize_short(256)
@@ -240,7 +396,7 @@ def slot(name: str, *, field: str | None = None) -> Slot:
     """
     if not isinstance(name, str) or not name:
         raise PlanError(f"slot name must be a non-empty string, got {name!r}")
-    return Slot(name, field_name=field)
+    return Slot(name, field_name=field, optional=bool(optional))
 
 
 def map(fn: Callable[[Any], Any]) -> Map:
@@ -294,7 +450,7 @@ def group_by(key: str, *, prefetch: int = 2) -> GroupByStage:
     return GroupByStage(key, positive_int(prefetch, "group_by prefetch"))
 
 
-Stage = Map | Slot | BatchStage | CollateStage | GroupByStage
+Stage = Map | Slot | BatchStage | CollateStage | GroupByStage | Op
 
 
 @dataclass(frozen=True)
@@ -305,6 +461,7 @@ class Pipeline:
     slots: tuple[Slot, ...]
     shape: ShapeStage
     batch_maps: tuple[Map, ...] = field(default=())
+    batch_ops: tuple[Op, ...] = field(default=())
 
     def describe(self) -> dict[str, Any]:
         """Return a JSON-ready description of the whole plan."""
@@ -313,6 +470,7 @@ class Pipeline:
             "record_maps": [m.describe() for m in self.record_maps],
             "slots": [s.describe() for s in self.slots],
             "shape": self.shape.describe(),
+            "batch_ops": [op.describe() for op in self.batch_ops],
             "batch_maps": [m.describe() for m in self.batch_maps],
         }
 
@@ -341,6 +499,7 @@ class Pipeline:
             lines.append(f"  group_by({sh.key!r}, prefetch={sh.prefetch})")
         else:
             lines.append(f"  collate(prefetch={sh.prefetch})")
+        lines += [f"  batch op    {op!r}" for op in self.batch_ops]
         lines += [f"  batch map   {m.describe()['map']}" for m in self.batch_maps]
         return "\n".join(lines)
 
@@ -361,6 +520,7 @@ def pipeline(*stages: Stage) -> Pipeline:
     record_maps: list[Map] = []
     slots: list[Slot] = []
     batch_maps: list[Map] = []
+    batch_ops: list[Op] = []
     shape: ShapeStage | None = None
     for position, stage in enumerate(stages):
         if isinstance(stage, Map):
@@ -376,6 +536,15 @@ def pipeline(*stages: Stage) -> Pipeline:
             if any(s.name == stage.name for s in slots):
                 raise PlanError(f"slot {stage.name!r} appears twice; slot names must be unique")
             slots.append(stage)
+        elif isinstance(stage, Op) and stage.kind == "batch":
+            if shape is None:
+                raise PlanError(f"batch transform {stage!r} must come after the shape stage")
+            if batch_maps:
+                raise PlanError(
+                    f"batch transform {stage!r} comes after a Python batch map; native batch "
+                    "transforms must precede Python batch maps"
+                )
+            batch_ops.append(stage)
         elif isinstance(stage, BatchStage | CollateStage | GroupByStage):
             if shape is not None:
                 raise PlanError(
@@ -393,7 +562,15 @@ def pipeline(*stages: Stage) -> Pipeline:
         raise PlanError(
             "a pipeline needs a shape stage: dataio.batch(n), dataio.collate() or dataio.group_by()"
         )
-    return Pipeline(tuple(record_maps), tuple(slots), shape, tuple(batch_maps))
+    names = {s.name for s in slots}
+    for op in batch_ops:
+        missing = [n for n in op.params_dict().get("slots", ()) if n not in names]
+        label = op.params_dict().get("label")
+        if label is not None and label not in names:
+            missing.append(label)
+        if missing:
+            raise PlanError(f"batch transform {op!r} names slots {missing} that the pipeline lacks")
+    return Pipeline(tuple(record_maps), tuple(slots), shape, tuple(batch_maps), tuple(batch_ops))
 
 
 Output = Literal["numpy", "torch", "arrow"]

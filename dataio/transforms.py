@@ -11,6 +11,9 @@ from typing import Literal
 
 from dataio.exceptions import PlanError
 from dataio.ops import (
+    ARRAYS,
+    AUDIO_ONLY,
+    IMAGE_ONLY,
     IMAGENET_MEAN,
     IMAGENET_STD,
     Op,
@@ -24,13 +27,21 @@ from dataio.ops import (
 
 __all__ = [
     "center_crop",
+    "color_jitter",
+    "fix_length",
+    "gain",
+    "grayscale",
     "normalize",
     "output",
+    "pad",
     "random_crop",
     "random_flip",
     "random_resized_crop",
     "resize",
     "resize_short",
+    "rotate90",
+    "standardize",
+    "to_dtype",
 ]
 
 Layout = Literal["HWC", "CHW"]
@@ -47,7 +58,11 @@ def resize(*, h: int, w: int) -> Op:
         resize(h=224, w=224)
     """
     return make_op(
-        "resize", "geometry", h=positive_int(h, "resize h"), w=positive_int(w, "resize w")
+        "resize",
+        "geometry",
+        applies_to=IMAGE_ONLY,
+        h=positive_int(h, "resize h"),
+        w=positive_int(w, "resize w"),
     )
 
 
@@ -58,7 +73,12 @@ def resize_short(size: int) -> Op:
         >>> dataio.transforms.resize_short(256)
         resize_short(size=256)
     """
-    return make_op("resize_short", "geometry", size=positive_int(size, "resize_short size"))
+    return make_op(
+        "resize_short",
+        "geometry",
+        applies_to=IMAGE_ONLY,
+        size=positive_int(size, "resize_short size"),
+    )
 
 
 def center_crop(*, h: int, w: int) -> Op:
@@ -71,6 +91,7 @@ def center_crop(*, h: int, w: int) -> Op:
     return make_op(
         "center_crop",
         "geometry",
+        applies_to=IMAGE_ONLY,
         h=positive_int(h, "center_crop h"),
         w=positive_int(w, "center_crop w"),
     )
@@ -86,6 +107,7 @@ def random_crop(*, h: int, w: int) -> Op:
     return make_op(
         "random_crop",
         "geometry",
+        applies_to=IMAGE_ONLY,
         random=True,
         h=positive_int(h, "random_crop h"),
         w=positive_int(w, "random_crop w"),
@@ -114,6 +136,7 @@ def random_resized_crop(
     return make_op(
         "random_resized_crop",
         "geometry",
+        applies_to=IMAGE_ONLY,
         random=True,
         h=positive_int(h, "random_resized_crop h"),
         w=positive_int(w, "random_resized_crop w"),
@@ -134,6 +157,7 @@ def random_flip(
     return make_op(
         "random_flip",
         "geometry",
+        applies_to=IMAGE_ONLY,
         random=True,
         p=probability(p, "random_flip p"),
         direction=choice(direction, ("horizontal", "vertical"), "random_flip direction"),
@@ -172,7 +196,12 @@ def normalize(
     if any(s <= 0 for s in stds):
         raise PlanError(f"normalize std must be positive, got {stds!r}")
     return make_op(
-        "normalize", "normalize", mean=means, std=stds, layout=choice(layout, LAYOUTS, "layout")
+        "normalize",
+        "normalize",
+        applies_to=IMAGE_ONLY,
+        mean=means,
+        std=stds,
+        layout=choice(layout, LAYOUTS, "layout"),
     )
 
 
@@ -192,6 +221,147 @@ def output(*, dtype: Literal["uint8", "float32"] | None = None, layout: Layout |
     return make_op(
         "output",
         "output",
+        applies_to=IMAGE_ONLY,
         dtype=None if dtype is None else choice(dtype, DTYPES, "output dtype"),
         layout=None if layout is None else choice(layout, LAYOUTS, "output layout"),
     )
+
+
+def _non_negative_int(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise PlanError(f"{what} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _non_negative(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise PlanError(f"{what} must be a non-negative number, got {value!r}")
+    return float(value)
+
+
+def pad(*, top: int = 0, bottom: int = 0, left: int = 0, right: int = 0, value: float = 0) -> Op:
+    """Pad an image's borders with a constant ``value``.
+
+    Example:
+        >>> dataio.transforms.pad(top=4, bottom=4, left=4, right=4)
+        pad(bottom=4, left=4, right=4, top=4, value=0)
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PlanError(f"pad value must be a number, got {value!r}")
+    return make_op(
+        "pad",
+        "array",
+        applies_to=IMAGE_ONLY,
+        value=value,
+        top=_non_negative_int(top, "pad top"),
+        bottom=_non_negative_int(bottom, "pad bottom"),
+        left=_non_negative_int(left, "pad left"),
+        right=_non_negative_int(right, "pad right"),
+    )
+
+
+def rotate90(k: int = 1) -> Op:
+    """Rotate an image by ``k`` quarter turns counter-clockwise.
+
+    Example:
+        >>> dataio.transforms.rotate90(2)
+        rotate90(k=2)
+    """
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise PlanError(f"rotate90 k must be an integer, got {k!r}")
+    return make_op("rotate90", "array", applies_to=IMAGE_ONLY, k=k % 4)
+
+
+def grayscale(*, channels: int = 1) -> Op:
+    """Convert an RGB image to luma (ITU-R 601-2, as Pillow), with 1 or 3 channels.
+
+    Example:
+        >>> dataio.transforms.grayscale(channels=3)
+        grayscale(channels=3)
+    """
+    if channels not in (1, 3):
+        raise PlanError(f"grayscale channels must be 1 or 3, got {channels!r}")
+    return make_op("grayscale", "array", applies_to=IMAGE_ONLY, channels=channels)
+
+
+def color_jitter(
+    *, brightness: float = 0.0, contrast: float = 0.0, saturation: float = 0.0, hue: float = 0.0
+) -> Op:
+    """Randomly change brightness, contrast, saturation and hue, per record.
+
+    Factors are drawn like torchvision's ``ColorJitter``: uniform in
+    ``[max(0, 1 - v), 1 + v]`` (hue in ``[-hue, hue]``, at most 0.5), applied in a
+    random order.
+
+    Example:
+        >>> dataio.transforms.color_jitter(brightness=0.4, contrast=0.4)
+        color_jitter(brightness=0.4, contrast=0.4, hue=0.0, saturation=0.0)
+    """
+    values = {
+        "brightness": _non_negative(brightness, "color_jitter brightness"),
+        "contrast": _non_negative(contrast, "color_jitter contrast"),
+        "saturation": _non_negative(saturation, "color_jitter saturation"),
+        "hue": _non_negative(hue, "color_jitter hue"),
+    }
+    if values["hue"] > 0.5:
+        raise PlanError(f"color_jitter hue must be in [0, 0.5], got {hue!r}")
+    return make_op("color_jitter", "array", random=True, applies_to=IMAGE_ONLY, **values)
+
+
+def to_dtype(dtype: Literal["uint8", "float32", "float16"], *, scale: bool = False) -> Op:
+    """Cast the decoded array; ``scale=True`` maps uint8 0..255 to and from float 0..1.
+
+    Example:
+        >>> dataio.transforms.to_dtype("float32", scale=True)
+        to_dtype(dtype='float32', scale=True)
+    """
+    return make_op(
+        "to_dtype",
+        "array",
+        applies_to=ARRAYS,
+        dtype=choice(dtype, ("uint8", "float32", "float16"), "to_dtype dtype"),
+        scale=bool(scale),
+    )
+
+
+def standardize(*, eps: float = 1e-6) -> Op:
+    """Per-sample normalization: subtract each channel's mean, divide by its std.
+
+    Example:
+        >>> dataio.transforms.standardize()
+        standardize(eps=1e-06)
+    """
+    return make_op("standardize", "array", applies_to=ARRAYS, eps=_non_negative(eps, "eps"))
+
+
+def fix_length(length: int, *, random_crop: bool = False, pad_value: float = 0.0) -> Op:
+    """Crop or pad audio (axis 0) to exactly ``length`` samples.
+
+    Longer clips are cropped in the middle, or at a per-record random offset with
+    ``random_crop=True``; shorter ones are padded at the end with ``pad_value``.
+
+    Example:
+        >>> dataio.transforms.fix_length(16000)
+        fix_length(length=16000, pad_value=0.0, random_crop=False)
+    """
+    return make_op(
+        "fix_length",
+        "array",
+        random=bool(random_crop),
+        applies_to=AUDIO_ONLY,
+        length=positive_int(length, "fix_length length"),
+        random_crop=bool(random_crop),
+        pad_value=float(pad_value),
+    )
+
+
+def gain(db: float) -> Op:
+    """Scale audio by ``db`` decibels.
+
+    Example:
+        >>> dataio.transforms.gain(-6.0)
+        gain(db=-6.0)
+    """
+    if isinstance(db, bool) or not isinstance(db, int | float):
+        raise PlanError(f"gain db must be a number, got {db!r}")
+    return make_op("gain", "array", applies_to=AUDIO_ONLY, db=float(db))

@@ -79,8 +79,8 @@ def capture_numpy(monkeypatch) -> list[dataio.Batch]:
     seen: list[dataio.Batch] = []
     real = dataio.loader.assemble
 
-    def spy(job, policy):
-        batch = real(job, policy)
+    def spy(job, *args):
+        batch = real(job, *args)
         seen.append(batch)
         return batch
 

@@ -33,8 +33,11 @@ EXPECTED = [
     "__version__",
     "archive",
     "batch",
+    "batch_transforms",
     "capabilities",
     "collate",
+    "cond",
+    "custom_op",
     "decoders",
     "files",
     "from_callable",
@@ -64,7 +67,14 @@ def test_exports_are_pinned_and_sorted() -> None:
 
 
 def public_callables():
-    for module in (dataio, decoders, transforms, dataio.testing):
+    for module in (
+        dataio,
+        decoders,
+        transforms,
+        dataio.testing,
+        dataio.cond,
+        dataio.batch_transforms,
+    ):
         for name in module.__all__:
             value = getattr(module, name)
             if inspect.isfunction(value) or inspect.isclass(value):
@@ -88,6 +98,22 @@ def test_every_public_callable_has_a_docstring_and_a_docs_entry() -> None:
         "normalize",
         "output",
         "passthrough",
+        "decode_audio",
+        "decode_json",
+        "decode_text",
+        "decode_bytes",
+        "decode_pt",
+        "pad",
+        "rotate90",
+        "grayscale",
+        "color_jitter",
+        "to_dtype",
+        "standardize",
+        "fix_length",
+        "gain",
+        "active_when",
+        "when",
+        "otherwise",
     ):
         assert inspect.getdoc(getattr(dataio.Slot, method))
         assert f".{method}(" in docs, f"Slot.{method} not in docs/api.md"

@@ -10,7 +10,9 @@ import numpy as np
 
 from dataio.batch import Batch
 from dataio.engine.executor import BatchJob
+from dataio.engine.lower import SlotKernel
 from dataio.exceptions import BatchFailedError, DataioError, ShapeMismatchError
+from dataio.ops import Op
 
 __all__ = ["FailurePolicy", "assemble"]
 
@@ -54,43 +56,69 @@ def _stack(name: str, arrays: list[np.ndarray]) -> np.ndarray:
     shapes = {a.shape for a in arrays}
     if len(shapes) > 1:
         raise ShapeMismatchError(
-            f"slot {name!r} produced rows of different shapes {sorted(shapes)}; "
-            "add a fixed-size op (resize or a crop) or use a batch map to pad"
+            f"slot {name!r} produced rows of different shapes {sorted(shapes)}; add a "
+            "fixed-size op (resize, a crop, fix_length) or batch_transforms.padding"
         )
     return np.stack(arrays)
 
 
-def _whole(job: BatchJob) -> Batch:
-    """Every row survived: hand over the job's buffers and lists as they are."""
-    columns: dict[str, Any] = {}
-    for kernel in job.kernels:
-        if kernel.name in job.buffers:
-            columns[kernel.name] = job.buffers[kernel.name]
-        else:
-            values = job.values[kernel.name]
-            columns[kernel.name] = values if kernel.passthrough else _stack(kernel.name, values)
-    return Batch(columns, keys=job.keys, indices=job.positions, sizes=job.sizes)  # type: ignore[arg-type]
+def _column(job: BatchJob, kernel: SlotKernel, rows: list[int], unstacked: frozenset[str]) -> Any:
+    name = kernel.name
+    inactive = job.inactive.get(name, set())
+    everything = len(rows) == len(job.records)
+    if name in job.buffers:
+        buffer = job.buffers[name]
+        if inactive:
+            return [None if row in inactive else buffer[row] for row in rows]
+        column: Any = buffer if everything else buffer[rows]
+    else:
+        values = job.values[name]
+        picked = values if everything else [values[row] for row in rows]
+        if kernel.passthrough or kernel.objects or name in unstacked or inactive:
+            return picked
+        column = _stack(name, picked)
+    for op in kernel.custom:
+        column = _custom(op, name, column)
+    return column
 
 
-def assemble(job: BatchJob, policy: FailurePolicy) -> Batch:
-    """Apply the failure policy and build the batch; Python map errors re-raise as is."""
+def _custom(op: Op, name: str, column: np.ndarray) -> Any:
+    result = op(column)
+    if len(result) != len(column):
+        raise ShapeMismatchError(
+            f"custom op {op.param('op')!r} (version {op.param('version')}) on slot {name!r} "
+            f"returned {len(result)} rows for a batch of {len(column)}; it must keep the "
+            "batch axis"
+        )
+    return result
+
+
+def assemble(
+    job: BatchJob, policy: FailurePolicy, unstacked: frozenset[str] = frozenset()
+) -> Batch:
+    """Apply the failure policy and build the batch; Python map errors re-raise as is.
+
+    Slots in ``unstacked`` stay lists of rows (a later batch transform pads them).
+    """
     if job.fatal:
         raise min(job.fatal, key=lambda item: item[0])[1]
     errors = [e for e in job.errors if e is not None]
+    if errors:
+        policy.report(errors)
+        keep = [row for row, e in enumerate(job.errors) if e is None]
+        policy.check(errors, len(keep), len(job.records))
+    else:
+        keep = list(range(len(job.records)))
+    columns = {k.name: _column(job, k, keep, unstacked) for k in job.kernels}
+    row_values = frozenset(k.name for k in job.kernels if k.passthrough or k.objects)
     if not errors:
-        return _whole(job)
-    policy.report(errors)
-    keep = [row for row, e in enumerate(job.errors) if e is None]
-    policy.check(errors, len(keep), len(job.records))
-    everything = len(keep) == len(job.records)
-    columns: dict[str, Any] = {}
-    for kernel in job.kernels:
-        if kernel.name in job.buffers:
-            buffer = job.buffers[kernel.name]
-            columns[kernel.name] = buffer if everything else buffer[keep]
-        else:
-            values = [job.values[kernel.name][row] for row in keep]
-            columns[kernel.name] = values if kernel.passthrough else _stack(kernel.name, values)
+        return Batch(
+            columns,
+            keys=job.keys,
+            indices=job.positions,
+            sizes=job.sizes,  # type: ignore[arg-type]
+            row_values=row_values,
+        )
     sizes = {name: [s[row] for row in keep] for name, s in job.sizes.items()}
     return Batch(
         columns,
@@ -98,4 +126,5 @@ def assemble(job: BatchJob, policy: FailurePolicy) -> Batch:
         indices=[job.positions[row] for row in keep],
         errors=errors,
         sizes=sizes,  # type: ignore[arg-type]
+        row_values=row_values,
     )

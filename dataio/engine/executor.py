@@ -61,6 +61,7 @@ class BatchJob:
     keys: list[Any] = field(default_factory=list)
     errors: list[DataioError | None] = field(default_factory=list)
     fatal: list[tuple[int, BaseException]] = field(default_factory=list)
+    inactive: dict[str, set[int]] = field(default_factory=dict)
     remaining: int = 0
     done: bool = False
 
@@ -276,6 +277,14 @@ class Executor:
         kernel: SlotKernel,
         record: Mapping[str, Any],
     ) -> None:
+        if kernel.optional and (
+            (kernel.active is not None and not kernel.active.evaluate(record))
+            or record.get(kernel.field) is None
+        ):
+            job.inactive.setdefault(kernel.name, set()).add(row)  # no read, no decode
+            if kernel.name in job.values:
+                job.values[kernel.name][row] = None
+            return
         if kernel.field not in record:
             raise FieldError(
                 f"field {kernel.field!r} is not in the record; available fields: {sorted(record)}"

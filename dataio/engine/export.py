@@ -17,7 +17,7 @@ def to_torch(batch: Batch, device: str | None = None) -> Batch:
     import torch
 
     columns: dict[str, Any] = {}
-    for name, column in batch.items():
+    for name, column in batch._columns.items():
         if isinstance(column, np.ndarray):
             tensor = torch.from_numpy(column)
             if device is not None:
@@ -37,7 +37,9 @@ def to_arrow(batch: Batch) -> Any:
 
     arrays: list[Any] = []
     names: list[str] = []
-    for name, column in batch.items():
+    for name, column in batch._columns.items():
+        if batch.mixed_by and name in batch.row_values:
+            continue  # per-record values mean nothing for blended rows
         if hasattr(column, "__dlpack__") and not isinstance(column, np.ndarray):
             column = np.from_dlpack(column)  # a CPU torch tensor: same memory
         if isinstance(column, np.ndarray):
@@ -52,9 +54,10 @@ def to_arrow(batch: Batch) -> Any:
                     "map them to plain types (numbers, strings, bytes, lists, dicts) first"
                 ) from exc
         names.append(name)
-    arrays.append(pa.array(batch.indices, pa.int64()))
-    names.append("__index__")
-    if any(k is not None for k in batch.keys):
-        arrays.append(pa.array(batch.keys))
-        names.append("__key__")
+    if batch.mixed_by is None:
+        arrays.append(pa.array(batch.indices, pa.int64()))
+        names.append("__index__")
+        if any(k is not None for k in batch.keys):
+            arrays.append(pa.array(batch.keys))
+            names.append("__key__")
     return pa.RecordBatch.from_arrays(arrays, names=names)

@@ -1,11 +1,18 @@
 """Lowering: slot chains of plan ops become kernels the executor can run.
 
-Each decoder op name maps to a lowering function in :data:`LOWERINGS` that builds a
-:class:`SlotKernel` for the whole chain. A kernel is a plain function
-``run(data, rng, out) -> (array, source_size)``: ``data`` is the field's bytes,
-``rng`` the record's generator (``None`` unless the chain is random), ``out`` the
-preallocated batch row or ``None``; ``source_size`` is the input's ``(height, width)``
-or ``None`` when that means nothing for the kind of data.
+A chain is ``decoder, transforms..., [normalize, output], [custom ops]``. Lowering
+turns it into one function ``run(data, rng, out) -> (value, source_size)``:
+
+* ``data`` is the field's bytes, ``rng`` the record's generator (``None`` unless the
+  chain is random), ``out`` the preallocated batch row or ``None``;
+* image chains fuse the decoder with the geometry ops that follow it (one DCT-scaled
+  decode and one resample) and with normalize/output (written into ``out``); any other
+  transform or ``when`` branch runs on the decoded array in between;
+* other decoders run, then their transforms in order.
+
+Custom ops are batch-level: they run on the stacked column at assembly. Each decoder
+op name maps to its decode function in :data:`DECODERS`; transforms to
+:data:`ARRAY_OPS`.
 """
 
 from __future__ import annotations
@@ -16,14 +23,15 @@ from typing import Any
 
 import numpy as np
 
+from dataio.cond import Predicate
 from dataio.exceptions import PlanError
+from dataio.ops import Op
 from dataio.pipeline import Pipeline, Slot
-from dataio.udfs.image import ImageSpec, run_chain
-from dataio.udfs.tensor import decode_npy, decode_safetensors
+from dataio.udfs.image import ImageSpec, run_chain, transform_pixels, write_pixels
 
-__all__ = ["LOWERINGS", "KernelFn", "SlotKernel", "lower"]
+__all__ = ["ARRAY_OPS", "DECODERS", "KernelFn", "SlotKernel", "image_spec", "lower"]
 
-KernelFn = Callable[[Any, Any, Any], tuple[np.ndarray, tuple[int, ...] | None]]
+KernelFn = Callable[[Any, Any, Any], tuple[Any, tuple[int, ...] | None]]
 
 
 @dataclass(frozen=True)
@@ -37,6 +45,10 @@ class SlotKernel:
         row_shape: the per-row output shape when fixed by the chain, else ``None``.
         dtype: the output dtype of a tensor slot.
         random: whether ``run`` needs the record's generator.
+        objects: the kernel yields Python objects (a list column, never stacked).
+        optional: missing fields and ``None`` values give ``None`` rows.
+        active: a field predicate deciding, before decoding, whether the row is decoded.
+        custom: batch-level custom ops applied to the stacked column.
     """
 
     name: str
@@ -45,6 +57,10 @@ class SlotKernel:
     row_shape: tuple[int, ...] | None = None
     dtype: np.dtype | None = None
     random: bool = False
+    objects: bool = False
+    optional: bool = False
+    active: Predicate | None = None
+    custom: tuple[Op, ...] = ()
 
     @property
     def passthrough(self) -> bool:
@@ -52,86 +68,280 @@ class SlotKernel:
         return self.run is None
 
 
-def image_spec(slot: Slot) -> ImageSpec:
-    """Lower an image chain (``decode_image`` first) into an :class:`ImageSpec`."""
-    mode = slot.ops[0].param("mode")
-    steps = tuple((op.name, dict(op.params)) for op in slot.ops if op.kind == "geometry")
-    normalize = next((op for op in slot.ops if op.kind == "normalize"), None)
-    output = next((op for op in slot.ops if op.kind == "output"), None)
+def _is_random(ops: tuple[Op, ...]) -> bool:
+    return any(
+        op.random or (op.kind == "branch" and _is_random(op.param("then") + op.param("otherwise")))
+        for op in ops
+    )
+
+
+def _array_op(op: Op) -> Callable[[Any, Any], Any]:
+    params = op.params_dict()
+    if op.kind == "geometry":
+        steps = ((op.name, params),)
+        return lambda x, rng: transform_pixels(x, steps, rng)
+    factory = ARRAY_OPS.get(op.name)
+    if factory is None:  # pragma: no cover - every factory op has a kernel
+        raise PlanError(f"no kernel for {op!r}")
+    return factory(params)
+
+
+def _branch(
+    pred: Predicate, yes: Callable[[Any, Any], Any], no: Callable[[Any, Any], Any]
+) -> Callable[[Any, Any], Any]:
+    def choose(value: Any, rng: Any) -> Any:
+        return yes(value, rng) if pred.evaluate(value) else no(value, rng)
+
+    return choose
+
+
+def compile_ops(ops: tuple[Op, ...]) -> Callable[[Any, Any], Any]:
+    """Compile transforms (and branches) into one ``f(value, rng) -> value``."""
+    steps: list[Callable[[Any, Any], Any]] = []
+    geometry: list[tuple[str, dict[str, Any]]] = []
+
+    def flush() -> None:
+        if geometry:  # consecutive geometry ops share one resample
+            batch = tuple(geometry)
+            steps.append(lambda x, rng: transform_pixels(x, batch, rng))
+            geometry.clear()
+
+    for op in ops:
+        if op.kind == "geometry":
+            geometry.append((op.name, op.params_dict()))
+            continue
+        flush()
+        if op.kind == "branch":
+            pred: Predicate = op.param("pred")
+            yes, no = compile_ops(op.param("then")), compile_ops(op.param("otherwise"))
+            steps.append(_branch(pred, yes, no))
+        else:
+            steps.append(_array_op(op))
+    flush()
+
+    def apply(value: Any, rng: Any) -> Any:
+        for step in steps:
+            value = step(value, rng)
+        return value
+
+    return apply
+
+
+def _split(slot: Slot) -> tuple[Op, tuple[Op, ...], tuple[Op, ...], tuple[Op, ...]]:
+    """decoder, transforms, image output ops (normalize/output), custom ops."""
+    ops = slot.ops
+    middle = tuple(op for op in ops[1:] if op.kind in ("geometry", "array", "branch"))
+    tail = tuple(op for op in ops if op.kind in ("normalize", "output"))
+    custom = tuple(op for op in ops if op.kind == "custom")
+    return ops[0], middle, tail, custom
+
+
+def image_spec(
+    slot: Slot, steps: tuple[Op, ...] | None = None, *, output: bool = True
+) -> ImageSpec:
+    """Lower an image chain into an :class:`ImageSpec`.
+
+    ``steps`` are the geometry ops to fuse (default: all of them); ``output=False``
+    leaves the result as ``uint8`` HWC without normalization.
+    """
+    decoder, middle, tail, _ = _split(slot)
+    if steps is None:
+        steps = tuple(op for op in middle if op.kind == "geometry")
+    normalize = next((op for op in tail if op.kind == "normalize"), None) if output else None
+    out = next((op for op in tail if op.kind == "output"), None) if output else None
     dtype, layout = "uint8", "HWC"
     mean = std = None
     if normalize is not None:
         dtype, layout = "float32", normalize.param("layout")
         mean, std = normalize.param("mean"), normalize.param("std")
-    if output is not None:
-        dtype = output.param("dtype") or dtype
-        layout = output.param("layout") or layout
+    if out is not None:
+        dtype = out.param("dtype") or dtype
+        layout = out.param("layout") or layout
     return ImageSpec(
-        mode=mode,
-        steps=steps,
+        mode=decoder.param("mode"),
+        steps=tuple((op.name, op.params_dict()) for op in steps),
         mean=mean,
         std=std,
         dtype=dtype,
         layout=layout,
-        random=any(op.random for op in slot.ops),
+        random=_is_random(steps),
     )
 
 
 def _lower_image(slot: Slot) -> SlotKernel:
-    spec = image_spec(slot)
+    _, middle, _, _ = _split(slot)
+    prefix: tuple[Op, ...] = ()
+    for op in middle:
+        if op.kind != "geometry":
+            break
+        prefix += (op,)
+    rest = middle[len(prefix) :]
+    if not rest:
+        spec = image_spec(slot)
 
-    def run(data: Any, rng: Any, out: Any) -> tuple[np.ndarray, tuple[int, ...] | None]:
-        return run_chain(data, spec, rng, out)
+        def fused(data: Any, rng: Any, out: Any) -> tuple[Any, tuple[int, ...] | None]:
+            return run_chain(data, spec, rng, out)
+
+        return SlotKernel(
+            slot.name, slot.source_field, fused, spec.static_shape(), np.dtype(spec.dtype),
+            spec.random,
+        )  # fmt: skip
+    head = image_spec(slot, prefix, output=False)
+    final = image_spec(slot, ())
+    transforms = compile_ops(rest)
+
+    def run(data: Any, rng: Any, out: Any) -> tuple[Any, tuple[int, ...] | None]:
+        pixels, source = run_chain(data, head, rng)
+        pixels = transforms(pixels, rng)
+        if pixels.ndim == 2:
+            pixels = pixels[..., None]
+        if pixels.dtype != np.uint8 and final.scale is None and final.dtype == "uint8":
+            return pixels, source  # a to_dtype op chose the dtype: keep it
+        return write_pixels(pixels, final, out), source
 
     return SlotKernel(
-        slot.name, slot.source_field, run, spec.static_shape(), np.dtype(spec.dtype), spec.random
+        slot.name, slot.source_field, run, None, np.dtype(final.dtype), _is_random(middle)
     )
 
 
-def _only_decoder(slot: Slot) -> None:
-    if len(slot.ops) > 1:
-        raise PlanError(
-            f"slot {slot.name!r}: {slot.ops[0].name} takes no further ops, got {slot.ops[1]!r}; "
-            "reshape or cast tensors in a batch map"
+def _lower_decoder(slot: Slot) -> SlotKernel:
+    decoder, middle, _, _ = _split(slot)
+    decode, objects = DECODERS[decoder.name](decoder.params_dict())
+    transforms = compile_ops(middle)
+
+    def run(data: Any, rng: Any, out: Any) -> tuple[Any, tuple[int, ...] | None]:
+        value, source = decode(data)
+        return transforms(value, rng), source
+
+    return SlotKernel(slot.name, slot.source_field, run, random=_is_random(middle), objects=objects)
+
+
+def _decoders() -> dict[str, Callable[[dict[str, Any]], tuple[Callable[[Any], Any], bool]]]:
+    def audio(p: dict[str, Any]) -> tuple[Callable[[Any], Any], bool]:
+        from dataio.udfs.audio import decode_audio
+
+        def decode(data: Any) -> tuple[Any, tuple[int, ...]]:
+            samples, rate = decode_audio(
+                data, sample_rate=p["sample_rate"], mono=p["mono"], resampling=p["resampling"]
+            )
+            return samples, (rate,)
+
+        return decode, False
+
+    def numpy(p: dict[str, Any]) -> tuple[Callable[[Any], Any], bool]:
+        from dataio.udfs.tensor import decode_npy
+
+        return (lambda data: (decode_npy(data), None)), False
+
+    def safetensors(p: dict[str, Any]) -> tuple[Callable[[Any], Any], bool]:
+        from dataio.udfs.tensor import decode_safetensors
+
+        return (lambda data: (decode_safetensors(data, p["key"]), None)), False
+
+    def text_like(name: str) -> Callable[[dict[str, Any]], tuple[Callable[[Any], Any], bool]]:
+        def build(p: dict[str, Any]) -> tuple[Callable[[Any], Any], bool]:
+            from dataio.udfs import text
+
+            fn = getattr(text, name)
+            if name == "decode_text":
+                return (lambda data: (fn(data, p["encoding"]), None)), True
+            return (lambda data: (fn(data), None)), True
+
+        return build
+
+    return {
+        "decode_audio": audio,
+        "decode_numpy": numpy,
+        "decode_safetensors": safetensors,
+        "decode_json": text_like("decode_json"),
+        "decode_text": text_like("decode_text"),
+        "decode_bytes": text_like("decode_bytes"),
+        "decode_pt": text_like("decode_pt"),
+    }
+
+
+#: decoder op name -> builder of (decode(data) -> (value, source size), yields objects)
+DECODERS = _decoders()
+
+
+def _array_ops() -> dict[str, Callable[[dict[str, Any]], Callable[[Any, Any], Any]]]:
+    def arrays(name: str, *keys: str, rng: bool = False) -> Callable[..., Any]:
+        def build(p: dict[str, Any]) -> Callable[[Any, Any], Any]:
+            from dataio.udfs import arrays as kernels
+
+            fn = getattr(kernels, name)
+            options = {k: p[k] for k in keys}
+            if rng:
+                return lambda x, r: fn(x, r, **options)
+            return lambda x, r: fn(x, **options)
+
+        return build
+
+    def fix_length(p: dict[str, Any]) -> Callable[[Any, Any], Any]:
+        from dataio.udfs.audio import fix_length as kernel
+
+        return lambda x, r: kernel(
+            x, p["length"], rng=r, random_crop=p["random_crop"], pad_value=p["pad_value"]
         )
 
+    def gain(p: dict[str, Any]) -> Callable[[Any, Any], Any]:
+        from dataio.udfs.audio import gain as kernel
 
-def _lower_numpy(slot: Slot) -> SlotKernel:
-    _only_decoder(slot)
+        return lambda x, r: kernel(x, p["db"])
 
-    def run(data: Any, rng: Any, out: Any) -> tuple[np.ndarray, tuple[int, ...] | None]:
-        return decode_npy(data), None
+    def to_dtype(p: dict[str, Any]) -> Callable[[Any, Any], Any]:
+        from dataio.udfs.arrays import to_dtype as kernel
 
-    return SlotKernel(slot.name, slot.source_field, run)
+        return lambda x, r: kernel(x, p["dtype"], scale=p["scale"])
+
+    def rotate90(p: dict[str, Any]) -> Callable[[Any, Any], Any]:
+        from dataio.udfs.arrays import rotate90 as kernel
+
+        return lambda x, r: kernel(x, p["k"])
+
+    return {
+        "pad": arrays("pad", "top", "bottom", "left", "right", "value"),
+        "rotate90": rotate90,
+        "grayscale": arrays("grayscale", "channels"),
+        "color_jitter": arrays(
+            "color_jitter", "brightness", "contrast", "saturation", "hue", rng=True
+        ),
+        "to_dtype": to_dtype,
+        "standardize": arrays("standardize", "eps"),
+        "fix_length": fix_length,
+        "gain": gain,
+    }
 
 
-def _lower_safetensors(slot: Slot) -> SlotKernel:
-    _only_decoder(slot)
-    key = slot.ops[0].param("key")
-
-    def run(data: Any, rng: Any, out: Any) -> tuple[np.ndarray, tuple[int, ...] | None]:
-        return decode_safetensors(data, key), None
-
-    return SlotKernel(slot.name, slot.source_field, run)
+#: transform op name -> builder of ``f(value, rng) -> value``
+ARRAY_OPS = _array_ops()
 
 
-#: decoder op name -> lowering of the whole chain it starts
-LOWERINGS: dict[str, Callable[[Slot], SlotKernel]] = {
-    "decode_image": _lower_image,
-    "decode_numpy": _lower_numpy,
-    "decode_safetensors": _lower_safetensors,
-}
+def _lower_slot(slot: Slot) -> SlotKernel:
+    if slot.passthrough_values:
+        return SlotKernel(slot.name, slot.source_field, optional=slot.optional, active=slot.active)
+    decoder = slot.ops[0]
+    if decoder.name == "decode_image":
+        kernel = _lower_image(slot)
+    elif decoder.name in DECODERS:
+        kernel = _lower_decoder(slot)
+    else:
+        raise PlanError(f"slot {slot.name!r}: no kernel for {decoder!r}")
+    custom = _split(slot)[3]
+    return SlotKernel(
+        kernel.name,
+        kernel.field,
+        kernel.run,
+        None if custom else kernel.row_shape,
+        kernel.dtype,
+        kernel.random,
+        kernel.objects,
+        slot.optional,
+        slot.active,
+        custom,
+    )
 
 
 def lower(plan: Pipeline) -> tuple[SlotKernel, ...]:
     """Lower every slot of ``plan`` into a :class:`SlotKernel`."""
-    kernels = []
-    for slot in plan.slots:
-        if slot.passthrough_values:
-            kernels.append(SlotKernel(slot.name, slot.source_field))
-            continue
-        lowering = LOWERINGS.get(slot.ops[0].name)
-        if lowering is None:
-            raise PlanError(f"slot {slot.name!r}: no kernel for {slot.ops[0]!r}")
-        kernels.append(lowering(slot))
-    return tuple(kernels)
+    return tuple(_lower_slot(slot) for slot in plan.slots)

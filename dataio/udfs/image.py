@@ -460,6 +460,63 @@ def _decode_jpeg_scaled(
         raise DecodeError(f"the JPEG is corrupt or truncated: {exc}") from exc
 
 
+def transform_pixels(
+    pixels: np.ndarray,
+    steps: tuple[tuple[str, dict[str, Any]], ...],
+    rng: np.random.Generator | None = None,
+) -> np.ndarray:
+    """Apply geometry steps to a decoded HWC array (one resample, as the fused path).
+
+    Used for geometry that follows other transforms or sits in a ``when`` branch.
+    """
+    if pixels.ndim == 2:
+        pixels = pixels[..., None]
+    height, width, channels = pixels.shape
+    geo = plan_geometry(steps, width, height, rng)
+    if geo.is_plain_crop():
+        x0, y0, x1, y1 = (int(v) for v in geo.box)
+        out = pixels[y0:y1, x0:x1]
+    else:
+        out_w, out_h = geo.size
+        if _resample is not None and pixels.dtype == np.uint8:
+            out = np.empty((out_h, out_w, channels), np.uint8)
+            src = np.ascontiguousarray(pixels)
+            left, top, right, bottom = geo.box
+            box = (max(left, 0.0), max(top, 0.0), min(right, width), min(bottom, height))
+            _resample.resample_into(
+                src, height, width, channels, box, out, out_h, out_w,
+                False, False, None, None, False, False,
+            )  # fmt: skip
+        else:
+            out = _pillow_resample(pixels, geo)
+    if geo.hflip:
+        out = out[:, ::-1]
+    if geo.vflip:
+        out = out[::-1]
+    return out
+
+
+def _pillow_resample(pixels: np.ndarray, geo: Geometry) -> np.ndarray:
+    from PIL import Image
+
+    channels = pixels.shape[2]
+    if pixels.dtype == np.uint8:
+        planes = [pixels[..., 0]] if channels == 1 else None
+        image = Image.fromarray(planes[0] if planes else pixels)
+        out = np.asarray(image.resize(geo.size, Image.Resampling.BILINEAR, box=geo.box))
+        return out[..., None] if out.ndim == 2 else out
+    # float data: resample each channel as a 32-bit float image
+    resized = [
+        np.asarray(
+            Image.fromarray(np.ascontiguousarray(pixels[..., c], np.float32), mode="F").resize(
+                geo.size, Image.Resampling.BILINEAR, box=geo.box
+            )
+        )
+        for c in range(channels)
+    ]
+    return np.stack(resized, axis=-1)
+
+
 def native_available() -> bool:
     """True when the compiled resampling kernel is importable (else Pillow resamples)."""
     return _resample is not None

@@ -108,12 +108,8 @@ def test_safetensors_op_refuses_bad_keys(key: Any) -> None:
 
 
 def test_tensor_chains_take_no_image_ops() -> None:
-    pipe = dataio.pipeline(dataio.slot("x").decode_numpy().resize_short(8), dataio.batch(2))
-    with (
-        pytest.raises(PlanError, match="decode_numpy takes no further ops"),
-        pipe.bind([{"x": npy(np.ones(1))}]).run() as loader,
-    ):
-        list(loader)
+    with pytest.raises(PlanError, match="resize_short needs decode_image"):
+        dataio.slot("x").decode_numpy().resize_short(8)
 
 
 # -- pipelines ----------------------------------------------------------------------------
