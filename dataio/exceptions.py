@@ -15,6 +15,7 @@ __all__ = [
     "NotFoundError",
     "OutOfRangeError",
     "PlanError",
+    "QueryError",
     "ShapeMismatchError",
     "TransformError",
     "TransportError",
@@ -56,6 +57,11 @@ class DataioError(Exception):
 
 class PlanError(DataioError, ValueError):
     """A pipeline, slot chain or run option is malformed."""
+
+
+class QueryError(DataioError, ValueError):
+    """A frame or SQL query is malformed: an unknown column, mismatched types in a
+    predicate, SQL that does not parse, or a query DataFusion cannot plan or run."""
 
 
 class DecodeError(DataioError, ValueError):

@@ -1,4 +1,10 @@
-"""DataFusion glue: the kernels registered as SQL functions. The only datafusion import."""
+"""DataFusion glue: the kernels registered as SQL functions.
+
+Inputs are declared as ``binary_view`` / ``string_view``: DataFusion coerces ``binary``,
+``large_binary`` and ``binary_view`` columns (and ``string`` literals) to those, so the
+same function works on any binary column, from Parquet or from memory. The wrappers
+cast back to plain ``binary`` / ``string`` before the kernel runs.
+"""
 
 from __future__ import annotations
 
@@ -22,18 +28,36 @@ def _image_struct() -> Any:
     )
 
 
+def _plain(values: Any, target: Any) -> Any:
+    """A view (or large) array as the plain Arrow type the kernels read."""
+    return values if values.type == target else values.cast(target)
+
+
+def _decode_image(values: Any, modes: Any) -> Any:
+    import pyarrow as pa
+
+    return image.decode_image_array(_plain(values, pa.binary()), _plain(modes, pa.string()))
+
+
+def _image_size(values: Any) -> Any:
+    import pyarrow as pa
+
+    return image.image_size_array(_plain(values, pa.binary()))
+
+
 def register_kernels(ctx: Any) -> Any:
     """Register dataio's kernels as scalar functions on a DataFusion ``SessionContext``.
 
-    Registers ``decode_image(bytes, mode)`` and ``image_size(bytes)``.
+    Registers ``decode_image(bytes, mode)`` and ``image_size(bytes)``; ``bytes`` may be
+    any binary column type (``binary``, ``large_binary``, ``binary_view``).
     """
     import pyarrow as pa
     from datafusion import udf
 
     ctx.register_udf(
         udf(
-            image.decode_image_array,
-            [pa.binary(), pa.string()],
+            _decode_image,
+            [pa.binary_view(), pa.string_view()],
             _image_struct(),
             "immutable",
             "decode_image",
@@ -41,8 +65,8 @@ def register_kernels(ctx: Any) -> Any:
     )
     ctx.register_udf(
         udf(
-            image.image_size_array,
-            [pa.binary()],
+            _image_size,
+            [pa.binary_view()],
             pa.struct([("height", pa.int32()), ("width", pa.int32())]),
             "immutable",
             "image_size",

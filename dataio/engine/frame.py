@@ -1,0 +1,803 @@
+"""Lazy frames on DataFusion: compile frame plans, run them in order, explain them.
+
+Three ways to run a plan:
+
+* ``schema``: over empty tables with the scans' schemas. Validates the plan and gives its
+  output schema without touching a file; every frame method runs it.
+* ``collect``: everything at once, in parallel. A *row-local* plan (a scan followed by
+  filters, projections and new columns) runs once per file on a thread pool and the
+  results are concatenated in file order, because DataFusion does not keep order across
+  its own partitions. Other plans (sort, join, aggregate, SQL) run as one DataFusion plan
+  over all partitions.
+* ``stream``: batch by batch, one DataFusion partition at a time. Row-local plans read
+  file after file; other plans run with ``target_partitions=1`` over single-partition
+  inputs, so the output order is the same on every run, and no multi-partition stream is
+  ever left open (DataFusion aborts the process if Python exits with one open while a
+  Python function runs).
+
+Python filters run on the Arrow batches DataFusion returns. Where later steps need
+DataFusion again, the rows that passed are materialized as an in-memory table.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any, Literal
+
+from dataio.engine.sql import register_kernels
+from dataio.exceptions import DataioError, FormatError, NotFoundError, QueryError
+from dataio.expr import Expr
+from dataio.frame_plan import (
+    Aggregate,
+    Filter,
+    Join,
+    Limit,
+    Memory,
+    Node,
+    PyFilter,
+    Scan,
+    Select,
+    Sort,
+    Sql,
+    WithColumns,
+)
+
+__all__ = [
+    "collect_table",
+    "explain",
+    "feather_table",
+    "plain_schema",
+    "plan_schema",
+    "scan_schema",
+    "session",
+    "stream_batches",
+]
+
+Mode = Literal["schema", "collect", "stream", "explain"]
+
+_CONFIG = {
+    # Plain string/binary out of Parquet: views surprise users and Python kernels.
+    "datafusion.execution.parquet.schema_force_view_types": "false",
+    # Late materialization: decode projected columns only for rows that pass.
+    "datafusion.execution.parquet.pushdown_filters": "true",
+    "datafusion.execution.parquet.reorder_filters": "true",
+    # Column names are case-sensitive in SQL strings, as they are in col("Name").
+    "datafusion.sql_parser.enable_ident_normalization": "false",
+}
+_COMPARISONS = ("==", "!=", "<", "<=", ">", ">=")
+
+
+def workers() -> int:
+    """Threads for parallel work: the usable cores (``DATAIO_CPU_WORKERS`` overrides)."""
+    from dataio.engine.pool import cpu_workers
+
+    return max(1, cpu_workers())
+
+
+def session(partitions: int) -> Any:
+    """A DataFusion context with dataio's settings and kernels."""
+    from datafusion import SessionConfig, SessionContext
+
+    config = SessionConfig().with_target_partitions(partitions)
+    for key, value in _CONFIG.items():
+        config = config.set(key, value)
+    return register_kernels(SessionContext(config))
+
+
+# -- Arrow types ----------------------------------------------------------------------------
+
+
+def _plain_type(dtype: Any) -> Any:
+    import pyarrow as pa
+
+    if dtype == pa.string_view():
+        return pa.string()
+    if dtype == pa.binary_view():
+        return pa.binary()
+    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
+        inner = _plain_type(dtype.value_type)
+        if inner != dtype.value_type:
+            field = dtype.value_field.with_type(inner)
+            return pa.list_(field) if pa.types.is_list(dtype) else pa.large_list(field)
+    if pa.types.is_struct(dtype):
+        fields = [dtype.field(i) for i in range(dtype.num_fields)]
+        plain = [f.with_type(_plain_type(f.type)) for f in fields]
+        if any(p.type != f.type for p, f in zip(plain, fields, strict=True)):
+            return pa.struct(plain)
+    return dtype
+
+
+def plain_schema(schema: Any) -> Any:
+    """``schema`` with ``string_view``/``binary_view`` (also nested) as string/binary."""
+    import pyarrow as pa
+
+    return pa.schema([f.with_type(_plain_type(f.type)) for f in schema], schema.metadata)
+
+
+def _plain(batch: Any, schema: Any) -> Any:
+    return batch if batch.schema.equals(schema) else batch.cast(schema)
+
+
+def plain_table(table: Any) -> Any:
+    """A table without view types (``pa.table`` of polars data gives views)."""
+    schema = plain_schema(table.schema)
+    return table if table.schema.equals(schema) else table.cast(schema)
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+_QUALIFIER = re.compile(r'(?:"\?table\?"|\?table\?|c[0-9a-f]{32}|[A-Za-z_][A-Za-z0-9_]*)\.(?=")')
+
+
+def _clean(message: str) -> str:
+    message = message.replace("DataFusion error: ", "").strip()
+    return _QUALIFIER.sub("", message)
+
+
+def _is_engine_error(exc: BaseException) -> bool:
+    if isinstance(exc, KeyboardInterrupt | SystemExit | GeneratorExit | DataioError):
+        return False
+    return isinstance(exc, Exception) or type(exc).__name__ == "PanicException"
+
+
+def translate(exc: BaseException, where: str, path: str | None = None) -> DataioError:
+    """A DataFusion error as a :class:`DataioError` saying what and where."""
+    message = _clean(str(exc))
+    lowered = message.lower()
+    if path is not None and (
+        "no such file" in lowered or "not found" in lowered and "field" not in lowered
+    ):
+        return NotFoundError(f"{where}: the file {path!r} is gone: {message}")
+    if path is not None and (
+        type(exc).__name__ == "PanicException"
+        or any(k in lowered for k in ("parquet error", "arrow error: parser", "ipc", "json", "csv"))
+        and "cast" not in lowered
+    ):
+        return FormatError(f"{where}: cannot read {path!r}: {message}")
+    if "no field named" in lowered:
+        return QueryError(f"{where}: unknown column: {message}")
+    if "sql error" in lowered or "parsererror" in lowered:
+        return QueryError(f"{where}: malformed SQL: {message}")
+    if "cast error" in lowered or "cannot infer common" in lowered or "coerce" in lowered:
+        return QueryError(f"{where}: type mismatch: {message}")
+    return QueryError(f"{where}: {message}")
+
+
+@contextmanager
+def guard(where: str, path: str | None = None) -> Iterator[None]:
+    """Turn DataFusion errors raised in the block into dataio errors."""
+    try:
+        yield
+    except BaseException as exc:
+        if not _is_engine_error(exc):
+            raise
+        raise translate(exc, where, path) from exc
+
+
+# -- scans ----------------------------------------------------------------------------------
+
+
+def _read(ctx: Any, fmt: str, path: str, options: dict[str, Any], schema: Any) -> Any:
+    if fmt == "parquet":
+        return ctx.read_parquet(path, file_extension="", schema=schema)
+    if fmt == "feather":
+        return ctx.read_arrow(path, file_extension="", schema=schema)
+    if fmt == "csv":
+        return ctx.read_csv(
+            path,
+            schema=schema,
+            has_header=options.get("has_header", True),
+            delimiter=options.get("separator", ","),
+            file_extension="",
+        )
+    if fmt == "json":
+        return ctx.read_json(path, schema=schema, file_extension="")
+    if fmt == "tfrecord":
+        from dataio.formats.tfrecord import read_table
+
+        return ctx.from_arrow(read_table(path, schema))
+    raise DataioError(f"unknown scan format {fmt!r}")  # pragma: no cover
+
+
+def _check_file(fmt: str, path: str) -> None:
+    """Reject a corrupt Parquet footer or Arrow IPC header with a clear error."""
+    import pyarrow as pa
+
+    if not os.path.exists(path):
+        raise NotFoundError(f"scan_{fmt}: no such file {path!r}")
+    try:
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            pq.read_metadata(path)
+        elif fmt == "feather":
+            with pa.memory_map(path) as source:
+                pa.ipc.open_file(source).schema  # noqa: B018 - reading validates
+    except (pa.ArrowInvalid, OSError) as exc:
+        what = "Parquet footer" if fmt == "parquet" else "Arrow IPC file header/footer"
+        raise FormatError(
+            f"scan_{fmt}: {path!r} is not a valid {fmt} file (corrupt {what}): {exc}"
+        ) from None
+
+
+def scan_schema(fmt: str, path: str, options: dict[str, Any]) -> Any:
+    """The schema a scan gives, from its first file's metadata (no data pages read)."""
+    _check_file(fmt, path)
+    if fmt == "tfrecord":
+        from dataio.formats.tfrecord import infer_schema
+
+        return options.get("schema") or infer_schema(path)
+    if fmt == "feather":
+        import pyarrow as pa
+
+        with pa.memory_map(path) as source:
+            return plain_schema(pa.ipc.open_file(source).schema)
+    with guard(f"scan_{fmt}", path):
+        schema = _read(session(1), fmt, path, options, options.get("schema")).schema()
+    return plain_schema(schema)
+
+
+def _read_file(ctx: Any, scan: Scan, path: str) -> Any:
+    with guard(f"scan_{scan.format}", path):
+        return _read(ctx, scan.format, path, dict(scan.options), scan.schema)
+
+
+# -- expressions ----------------------------------------------------------------------------
+
+
+def _column(name: str) -> Any:
+    from datafusion import col
+
+    return col('"' + name.replace('"', '""') + '"')
+
+
+def compile_expr(expr: Expr, ctx: Any) -> Any:
+    """An :class:`~dataio.expr.Expr` as a DataFusion expression."""
+    import operator
+
+    from datafusion import functions as f
+    from datafusion import lit
+
+    op, args = expr.op, expr.args
+    if op == "col":
+        return _column(args[0])
+    if op == "lit":
+        return lit(args[0])
+    if op == "binary":
+        left, right = compile_expr(args[1], ctx), compile_expr(args[2], ctx)
+        ops: dict[str, Callable[[Any, Any], Any]] = {
+            "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+            ">": operator.gt, ">=": operator.ge, "&": operator.and_, "|": operator.or_,
+            "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+            "%": operator.mod,
+        }  # fmt: skip
+        return ops[args[0]](left, right)
+    if op == "not":
+        return ~compile_expr(args[0], ctx)
+    if op == "neg":
+        return lit(0) - compile_expr(args[0], ctx)
+    if op == "is_null":
+        return compile_expr(args[0], ctx).is_null()
+    if op == "is_not_null":
+        return compile_expr(args[0], ctx).is_not_null()
+    if op == "is_in":
+        return f.in_list(compile_expr(args[0], ctx), [lit(v) for v in args[1]])
+    if op == "cast":
+        return compile_expr(args[0], ctx).cast(args[1])
+    if op == "field":
+        return f.get_field(compile_expr(args[0], ctx), args[1])
+    if op == "alias":
+        return compile_expr(args[0], ctx).alias(args[1])
+    if op == "call":
+        return ctx.udf(args[0])(*(compile_expr(a, ctx) for a in args[1]))
+    if op == "agg":
+        return _aggregate(args[0], None if args[1] is None else compile_expr(args[1], ctx))
+    raise QueryError(f"unknown expression {expr.describe()}")  # pragma: no cover
+
+
+def _aggregate(name: str, value: Any) -> Any:
+    from datafusion import functions as f
+
+    if name == "count_all":
+        return f.count()
+    if name == "n_unique":
+        return f.count(value, distinct=True)
+    if name == "first":
+        return f.first_value(value)
+    return {"sum": f.sum, "mean": f.avg, "min": f.min, "max": f.max, "count": f.count}[name](value)
+
+
+def _named(expr: Expr, ctx: Any) -> Any:
+    """Compile, naming the output like :meth:`Expr.output_name`."""
+    compiled = compile_expr(expr, ctx)
+    return compiled if expr.op in ("alias", "col") else compiled.alias(expr.output_name())
+
+
+def _kind(dtype: Any) -> str:
+    import pyarrow as pa
+
+    t = pa.types
+    if t.is_dictionary(dtype):
+        return _kind(dtype.value_type)
+    if t.is_null(dtype):
+        return "null"
+    if t.is_integer(dtype) or t.is_floating(dtype) or t.is_decimal(dtype):
+        return "number"
+    if t.is_string(dtype) or t.is_large_string(dtype) or dtype == pa.string_view():
+        return "string"
+    if t.is_binary(dtype) or t.is_large_binary(dtype) or dtype == pa.binary_view():
+        return "binary"
+    if t.is_boolean(dtype):
+        return "boolean"
+    if t.is_temporal(dtype):
+        return "temporal"
+    return str(dtype)
+
+
+def _check_expr(expr: Expr, df: Any, ctx: Any, where: str) -> None:
+    """Unknown columns and comparisons between unrelated types, before DataFusion sees them."""
+    names = df.schema().names
+    for name in expr.columns():
+        if name not in names:
+            raise QueryError(
+                f"{where}: column {name!r} not found; available columns: {list(names)}"
+            )
+    for node in _subexprs(expr):
+        if node.op != "binary" or node.args[0] not in _COMPARISONS:
+            continue
+        left, right = node.args[1], node.args[2]
+        with guard(where):
+            types = df.select(
+                compile_expr(left, ctx).alias("l"), compile_expr(right, ctx).alias("r")
+            ).schema()
+        kinds = {_kind(types.field(0).type), _kind(types.field(1).type)}
+        if len(kinds - {"null"}) > 1 and kinds != {"temporal", "string"}:
+            raise QueryError(
+                f"{where}: cannot compare {left.describe()} ({types.field(0).type}) with "
+                f"{right.describe()} ({types.field(1).type}); cast one side with .cast(...)"
+            )
+
+
+def _subexprs(expr: Expr) -> Iterator[Expr]:
+    yield expr
+    for arg in expr.args:
+        if isinstance(arg, Expr):
+            yield from _subexprs(arg)
+        elif isinstance(arg, tuple):
+            for item in arg:
+                if isinstance(item, Expr):
+                    yield from _subexprs(item)
+
+
+# -- plans ----------------------------------------------------------------------------------
+
+_ROW_OPS = (Filter, PyFilter, Select, WithColumns)
+
+
+def row_chain(node: Node) -> tuple[Scan | Memory, list[Node]] | None:
+    """A scan (or table) followed by row-local steps only, as (source, steps)."""
+    steps: list[Node] = []
+    while isinstance(node, _ROW_OPS):
+        steps.append(node)
+        node = node.input
+    if isinstance(node, Scan | Memory):
+        return node, steps[::-1]
+    return None
+
+
+def _units(source: Scan | Memory) -> list[str | None]:
+    return list(source.files) if isinstance(source, Scan) else [None]
+
+
+def _compile_steps(df: Any, steps: list[Node], ctx: Any, mode: Mode) -> Any:
+    for step in steps:
+        df = _apply(step, df, ctx, mode)
+    return df
+
+
+def _apply(step: Node, df: Any, ctx: Any, mode: Mode) -> Any:
+    """One row-local or relational step over an already compiled input."""
+    where = step.label()
+    if isinstance(step, PyFilter):
+        return df  # schema/explain only: the Python part runs on batches
+    if isinstance(step, Filter):
+        if isinstance(step.predicate, str):
+            with guard(where):
+                return df.filter(df.parse_sql_expr(step.predicate))
+        if mode == "schema":
+            _check_expr(step.predicate, df, ctx, where)
+        with guard(where):
+            return df.filter(compile_expr(step.predicate, ctx))
+    if isinstance(step, Select | WithColumns):
+        if mode == "schema":
+            for expr in step.exprs:
+                _check_expr(expr, df, ctx, where)
+        with guard(where):
+            exprs = [_named(e, ctx) for e in step.exprs]
+            return df.select(*exprs) if isinstance(step, Select) else df.with_columns(*exprs)
+    if isinstance(step, Sort):
+        if mode == "schema":
+            for key in step.keys:
+                _check_expr(key, df, ctx, where)
+        with guard(where):
+            keys = [
+                compile_expr(k, ctx).sort(ascending=not d, nulls_first=step.nulls_first)
+                for k, d in zip(step.keys, step.descending, strict=True)
+            ]
+            return df.sort(*keys)
+    if isinstance(step, Limit):
+        with guard(where):
+            return df.limit(step.n if step.n is not None else 2**62, step.offset)
+    if isinstance(step, Aggregate):
+        if mode == "schema":
+            for expr in (*step.keys, *step.aggs):
+                _check_expr(expr, df, ctx, where)
+        with guard(where):
+            return df.aggregate(
+                [_named(k, ctx) for k in step.keys], [_named(a, ctx) for a in step.aggs]
+            )
+    raise QueryError(f"cannot apply {where} here")  # pragma: no cover
+
+
+def compile_plan(node: Node, ctx: Any, mode: Mode) -> Any:
+    """A DataFusion DataFrame for ``node`` (materializing Python-filtered parts)."""
+    chain = row_chain(node)
+    if chain is not None:
+        source, steps = chain
+        if mode in ("collect", "stream"):
+            python = [i for i, step in enumerate(steps) if isinstance(step, PyFilter)]
+            if python:
+                # Rows that passed a Python filter go back to DataFusion as one in-memory
+                # partition; the steps after it keep their order on it.
+                base = ctx.from_arrow(collect_table(steps[python[-1]]))
+                return _compile_steps(base, steps[python[-1] + 1 :], ctx, mode)
+            if mode == "stream" and len(_units(source)) > 1:
+                return ctx.from_arrow(collect_table(node))  # several files, kept in order
+        return _compile_steps(_compile_source(source, ctx, mode), steps, ctx, mode)
+    if isinstance(node, PyFilter):
+        if mode in ("schema", "explain"):
+            return compile_plan(node.input, ctx, mode)
+        return ctx.from_arrow(collect_table(node))
+    if isinstance(node, Limit) and mode in ("collect", "stream") and row_chain(node.input):
+        return ctx.from_arrow(collect_table(node))  # "the first n rows" in file order
+    if isinstance(node, Join):
+        return _join(node, ctx, mode)
+    if isinstance(node, Sql):
+        return _sql(node, ctx, mode)
+    inner = node.children()
+    if len(inner) != 1:  # pragma: no cover
+        raise QueryError(f"cannot compile {node.label()}")
+    return _apply(node, compile_plan(inner[0], ctx, mode), ctx, mode)
+
+
+def _compile_source(source: Scan | Memory, ctx: Any, mode: Mode) -> Any:
+    if mode == "schema":
+        schema = source.schema if isinstance(source, Scan) else source.table.schema
+        return ctx.from_arrow(schema.empty_table())
+    if isinstance(source, Memory):
+        return ctx.from_arrow(source.table)
+    frames = [_read_file(ctx, source, path) for path in source.files]
+    df = frames[0]
+    for other in frames[1:]:
+        df = df.union(other)
+    return df
+
+
+def _join(node: Join, ctx: Any, mode: Mode) -> Any:
+    left = compile_plan(node.left, ctx, mode)
+    right = compile_plan(node.right, ctx, mode)
+    where = node.label()
+    left_names = left.schema().names
+    right_names = right.schema().names
+    for side, names, keys in (
+        ("left", left_names, node.left_on),
+        ("right", right_names, node.right_on),
+    ):
+        for key in keys:
+            if key not in names:
+                raise QueryError(
+                    f"{where}: key {key!r} is not a column of the {side} frame; "
+                    f"available columns: {list(names)}"
+                )
+    shared_keys = {lk for lk, rk in zip(node.left_on, node.right_on, strict=True) if lk == rk}
+    renames = {
+        name: name + node.suffix
+        for name in right_names
+        if name in left_names and name not in shared_keys
+    }
+    with guard(where):
+        if renames:
+            right = right.select(
+                *(_column(n).alias(renames[n]) if n in renames else _column(n) for n in right_names)
+            )
+        right_on = [renames.get(k, k) for k in node.right_on]
+        return left.join(
+            right,
+            how=node.how,  # type: ignore[arg-type]
+            left_on=list(node.left_on),
+            right_on=right_on,
+        )
+
+
+def _sql(node: Sql, ctx: Any, mode: Mode) -> Any:
+    inputs = [(name, compile_plan(child, ctx, mode)) for name, child in node.tables]
+    where = f"sql({node.query!r})"
+    try:
+        for name, df in inputs:
+            with guard(where):
+                ctx.register_view(name, df)
+        with guard(where):
+            return ctx.sql(node.query)
+    finally:
+        for name, _ in inputs:
+            if ctx.table_exist(name):
+                ctx.deregister_table(name)
+
+
+def plan_schema(node: Node) -> Any:
+    """The output schema of a plan, planned over empty inputs (reads no file)."""
+    ctx = session(1)
+    df = compile_plan(node, ctx, "schema")
+    with guard(node.label()):
+        df.optimized_logical_plan()  # constant folding reports literal casts that fail
+        return plain_schema(df.schema())
+
+
+# -- execution ------------------------------------------------------------------------------
+
+
+def _tail(node: Node) -> tuple[Node, list[Node]]:
+    """Split Python filters and limits off the top: (core, steps applied after it)."""
+    steps: list[Node] = []
+    while isinstance(node, PyFilter | Limit):
+        steps.append(node)
+        node = node.input
+    return node, steps[::-1]
+
+
+def _python_filter(batches: Iterator[Any], step: PyFilter) -> Iterator[Any]:
+    import pyarrow as pa
+
+    for batch in batches:
+        rows = batch.to_pylist()
+        try:
+            mask = [bool(step.fn(row)) for row in rows]
+        except DataioError:
+            raise
+        except Exception as exc:
+            raise DataioError(f"{step.label()} raised {type(exc).__name__}: {exc}") from exc
+        kept = batch.filter(pa.array(mask, pa.bool_()))
+        if kept.num_rows:
+            yield kept
+
+
+def _limit(batches: Iterator[Any], step: Limit) -> Iterator[Any]:
+    skip, left = step.offset, step.n
+    if left == 0:
+        return
+    for batch in batches:
+        if skip >= batch.num_rows:
+            skip -= batch.num_rows
+            continue
+        batch = batch.slice(skip)
+        skip = 0
+        if left is not None:
+            batch = batch.slice(0, left)
+            left -= batch.num_rows
+        if batch.num_rows:
+            yield batch
+        if left == 0:
+            return
+
+
+def _chain_batches(
+    source: Scan | Memory, steps: list[Node], *, parallel: bool, hint: int | None, schema: Any
+) -> Iterator[Any]:
+    """The chain's batches in file order: per-file DataFusion plans, one partition each."""
+    ctx = session(1)
+    units = _units(source)
+
+    def frame(unit: str | None) -> Any:
+        base = _compile_source(source, ctx, "collect") if unit is None else None
+        if unit is not None and isinstance(source, Scan):
+            base = _read_file(ctx, source, unit)
+        df = _compile_steps(base, steps, ctx, "collect")
+        return df.limit(hint) if hint is not None else df
+
+    def collect(unit: str | None) -> list[Any]:
+        with guard(_where(source, steps), unit):
+            return [_plain(b, schema) for b in frame(unit).collect()]
+
+    if not parallel or len(units) == 1:
+        for unit in units:
+            with guard(_where(source, steps), unit):
+                stream = frame(unit).execute_stream()
+                for batch in stream:
+                    yield _plain(batch.to_pyarrow(), schema)
+        return
+    pool = ThreadPoolExecutor(max_workers=min(workers(), len(units)), thread_name_prefix="frame")
+    pending: deque[Future[list[Any]]] = deque()
+    queue = iter(units)
+    try:
+        for unit in queue:
+            pending.append(pool.submit(collect, unit))
+            if len(pending) >= workers() + 1:
+                break
+        while pending:
+            batches = pending.popleft().result()
+            for unit in queue:
+                pending.append(pool.submit(collect, unit))
+                break
+            yield from batches
+    finally:
+        for future in pending:
+            future.cancel()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _where(source: Scan | Memory, steps: list[Node]) -> str:
+    return " -> ".join([source.label(), *(s.label() for s in steps)])
+
+
+def run(node: Node, *, parallel: bool) -> Iterator[Any]:
+    """The plan's batches (pyarrow, no view types), in order where the plan has one."""
+    schema = plan_schema(node)
+    core, tail = _tail(node)
+    chain = row_chain(core)
+    if chain is not None and not any(isinstance(s, PyFilter) for s in chain[1]):
+        source, steps = chain
+        hint = None
+        if tail and isinstance(tail[0], Limit) and tail[0].n is not None:
+            hint = tail[0].n + tail[0].offset
+        batches = _chain_batches(
+            source, steps, parallel=parallel, hint=hint, schema=plan_schema(core)
+        )
+    else:
+        # A chain with Python filters inside materializes; one partition keeps its order.
+        ordered = parallel and chain is None
+        batches = _plan_batches(core, parallel=ordered, schema=plan_schema(core))
+    for step in tail:
+        batches = (
+            _python_filter(batches, step) if isinstance(step, PyFilter) else _limit(batches, step)  # type: ignore[arg-type]
+        )
+    for batch in batches:
+        yield _plain(batch, schema)
+
+
+def _plan_batches(core: Node, *, parallel: bool, schema: Any) -> Iterator[Any]:
+    where = core.label()
+    if parallel:
+        ctx = session(workers())
+        df = compile_plan(core, ctx, "collect")
+        with guard(where):
+            batches = df.collect()
+        for batch in batches:
+            yield _plain(batch, schema)
+        return
+    ctx = session(1)
+    df = compile_plan(core, ctx, "stream")
+    with guard(where):
+        stream = df.execute_stream()
+        for batch in stream:
+            yield _plain(batch.to_pyarrow(), schema)
+
+
+def collect_table(node: Node) -> Any:
+    """Run the whole plan in parallel; a ``pyarrow.Table`` in the plan's order."""
+    import pyarrow as pa
+
+    fast = feather_table(node)
+    if fast is not None:
+        return fast
+    schema = plan_schema(node)
+    return pa.Table.from_batches(list(run(node, parallel=True)), schema=schema)
+
+
+def stream_batches(node: Node) -> Iterator[Any]:
+    """Run the plan one partition at a time; batches in the same order on every run."""
+    return run(node, parallel=False)
+
+
+# -- Feather --------------------------------------------------------------------------------
+
+
+def feather_table(node: Node) -> Any:
+    """Scans of Arrow IPC files with plain projections and slices, read by pyarrow from a
+    memory map: Arrow types and buffers come out as stored. ``None`` for other plans."""
+    import pyarrow as pa
+
+    columns: list[str] | None = None
+    renames: dict[str, str] = {}
+    offset, length = 0, None
+    steps: list[Node] = []
+    while isinstance(node, Select | Limit):
+        steps.append(node)
+        node = node.input
+    if not isinstance(node, Scan) or node.format != "feather":
+        return None
+    for step in reversed(steps):  # bottom-up
+        if isinstance(step, Limit):
+            offset, length = _compose_slice(offset, length, step)
+            continue
+        assert isinstance(step, Select)
+        names: list[str] = []
+        for expr in step.exprs:
+            inner = expr.args[0] if expr.op == "alias" else expr
+            if inner.op != "col":
+                return None
+            names.append(inner.args[0])
+            if expr.op == "alias":
+                renames[inner.args[0]] = expr.args[1]
+        if renames:
+            return None
+        columns = names
+    tables = []
+    for path in node.files:
+        with guard(node.label(), path):
+            try:
+                with pa.memory_map(path) as source:
+                    table = pa.ipc.open_file(source).read_all()
+            except FileNotFoundError:
+                raise NotFoundError(f"{node.label()}: the file {path!r} is gone") from None
+            except pa.ArrowInvalid as exc:
+                raise FormatError(f"{node.label()}: cannot read {path!r}: {exc}") from None
+        if columns is not None:
+            table = table.select(columns)
+        tables.append(table)
+    if len({t.schema for t in tables}) > 1:
+        return None
+    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    return table.slice(offset, length)
+
+
+def _compose_slice(offset: int, length: int | None, step: Limit) -> tuple[int, int | None]:
+    start = offset + step.offset
+    available = None if length is None else max(0, length - step.offset)
+    if step.n is None:
+        return start, available
+    return start, step.n if available is None else min(step.n, available)
+
+
+# -- explain --------------------------------------------------------------------------------
+
+
+def tree(node: Node, indent: int = 0) -> list[str]:
+    """The plan as indented lines, top step first."""
+    lines = ["  " * indent + node.label()]
+    for child in node.children():
+        lines += tree(child, indent + 1)
+    return lines
+
+
+def explain(node: Node, *, analyze: bool) -> str:
+    """Text: dataio's plan, then DataFusion's optimized logical and physical plans, or
+    with ``analyze`` the physical plan after running it, with its metrics."""
+    ctx = session(workers())
+    df = compile_plan(node, ctx, "explain")
+    lines = ["dataio plan:", *("  " + line for line in tree(node))]
+    python = [n.label() for n in _walk(node) if isinstance(n, PyFilter)]
+    if python:
+        lines.append("python filters (after DataFusion): " + "; ".join(python))
+    with guard(f"explain() of {node.label()}"):
+        if analyze:
+            ctx.register_view("__dataio_frame", df)
+            table = ctx.sql("EXPLAIN ANALYZE SELECT * FROM __dataio_frame").to_arrow_table()
+            lines += ["", "DataFusion physical plan (analyzed):"]
+            lines += str(table.column("plan")[-1]).splitlines()
+        else:
+            lines += ["", "DataFusion logical plan:"]
+            lines += df.optimized_logical_plan().display_indent().splitlines()
+            lines += ["", "DataFusion physical plan:"]
+            lines += df.execution_plan().display_indent().splitlines()
+    return "\n".join(lines)
+
+
+def _walk(node: Node) -> Iterator[Node]:
+    yield node
+    for child in node.children():
+        yield from _walk(child)

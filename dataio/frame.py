@@ -1,0 +1,666 @@
+"""Lazy frames: ``scan_*`` results and ``sql()``, run by DataFusion, usable as record sources.
+
+A :class:`LazyFrame` is a value: every method returns a new frame and nothing reads data
+until a terminal runs (``collect*``, ``to_polars``, iteration, ``__arrow_c_stream__``,
+``explain``). Building a frame reads each scan's schema from its first file's metadata
+and checks the plan against it, so an unknown column fails where it is written.
+
+Example:
+    >>> rows = (dataio.scan_parquet("/data/shards/*.parquet")  # doctest: +SKIP
+    ...         .filter(dataio.col("height") > 512)
+    ...         .select("key", "height")
+    ...         .collect())
+"""
+
+from __future__ import annotations
+
+import glob as globlib
+import html
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from dataio.exceptions import DataioError, NotFoundError, PlanError, QueryError
+from dataio.expr import AGGREGATES, Expr, col
+from dataio.frame_plan import (
+    Aggregate,
+    Filter,
+    Join,
+    Limit,
+    Memory,
+    Node,
+    PyFilter,
+    Scan,
+    Select,
+    Sort,
+    Sql,
+    WithColumns,
+    walk,
+)
+from dataio.sources.base import Source
+
+if TYPE_CHECKING:
+    import polars
+    import pyarrow as pa
+
+__all__ = [
+    "ArrowStream",
+    "GroupBy",
+    "LazyFrame",
+    "read_feather",
+    "read_parquet",
+    "scan",
+    "scan_csv",
+    "scan_feather",
+    "scan_json",
+    "scan_parquet",
+    "scan_tfrecord",
+    "sql",
+]
+
+Format = Literal["parquet", "feather", "csv", "json", "tfrecord"]
+PathSpec = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+
+EXTENSIONS: dict[str, tuple[str, ...]] = {
+    "parquet": (".parquet", ".pq", ".parq"),
+    "feather": (".arrow", ".feather", ".ipc", ".arrows"),
+    "csv": (".csv", ".tsv"),
+    "json": (".jsonl", ".ndjson", ".json"),
+    "tfrecord": (".tfrecord", ".tfrecords", ".tfr"),
+}
+JOINS = ("inner", "left", "full", "semi", "anti")
+
+
+class LazyFrame(Source):
+    """A query plan over files or Arrow data; run by DataFusion when a terminal is called.
+
+    A frame is also a record source: ``pipe.bind(frame)`` streams its rows (dicts) in a
+    fixed order, with sharding and exact resume.
+    """
+
+    def __init__(self, node: Node, schema: pa.Schema) -> None:
+        self._node = node
+        self._schema = schema
+
+    # -- introspection -----------------------------------------------------------------
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The output schema (known without reading data)."""
+        return self._schema
+
+    @property
+    def columns(self) -> list[str]:
+        """The output column names."""
+        return list(self._schema.names)
+
+    @property
+    def plan(self) -> Node:
+        """The root node of the plan."""
+        return self._node
+
+    def _derive(self, node: Node) -> LazyFrame:
+        from dataio.engine.frame import plan_schema
+
+        return LazyFrame(node, plan_schema(node))
+
+    # -- relational methods ------------------------------------------------------------
+
+    def filter(self, *predicates: Expr | str | Callable[[dict[str, Any]], Any]) -> LazyFrame:  # type: ignore[override]
+        """Keep rows where every predicate holds.
+
+        A predicate is an expression (``dataio.col("x") > 3``), a SQL predicate string
+        (``"x > 3 AND label IN (1, 2)"``) — both pushed down to the scan — or a Python
+        callable on each row dict, applied to the rows that pass the pushed-down part.
+
+        Example:
+            >>> frame.filter(dataio.col("height") > 512, lambda r: r["key"].endswith("a"))  # doctest: +SKIP
+        """
+        if not predicates:
+            raise PlanError("filter() needs at least one predicate")
+        node = self._node
+        for predicate in predicates:
+            if isinstance(predicate, Expr | str):
+                if isinstance(predicate, Expr) and predicate.is_aggregate():
+                    raise PlanError(f"filter({predicate!r}): aggregates belong in .agg()")
+                node = Filter(node, predicate)
+            elif callable(predicate):
+                node = PyFilter(node, predicate)
+            else:
+                raise PlanError(
+                    "filter() takes expressions (dataio.col(...) > 1), SQL predicate strings "
+                    f"or callables on row dicts, got {predicate!r}"
+                )
+        return self._derive(node)
+
+    def select(self, *columns: str | Expr | Sequence[str | Expr]) -> LazyFrame:
+        """Exactly these columns (names or expressions), in this order.
+
+        Example:
+            >>> frame.select("key", (dataio.col("w") * 2).alias("w2"))  # doctest: +SKIP
+        """
+        exprs = _exprs(columns, "select")
+        if not exprs:
+            raise PlanError("select() needs at least one column")
+        _no_aggregates(exprs, "select")
+        return self._derive(Select(self._node, tuple(exprs)))
+
+    def with_columns(self, *exprs: Expr, **named: Expr | Any) -> LazyFrame:
+        """Add or replace columns: aliased expressions, or ``name=expression``.
+
+        Example:
+            >>> frame.with_columns(area=dataio.col("h") * dataio.col("w"))  # doctest: +SKIP
+        """
+        items: list[Expr] = []
+        for expr in exprs:
+            if not isinstance(expr, Expr):
+                raise PlanError(f"with_columns() takes expressions, got {expr!r}")
+            items.append(expr)
+        for name, value in named.items():
+            items.append((value if isinstance(value, Expr) else _lit(value)).alias(name))
+        if not items:
+            raise PlanError("with_columns() needs at least one expression")
+        _no_aggregates(items, "with_columns")
+        return self._derive(WithColumns(self._node, tuple(items)))
+
+    def limit(self, n: int, *, offset: int = 0) -> LazyFrame:
+        """At most ``n`` rows after skipping ``offset``, in the frame's order."""
+        for name, value in (("n", n), ("offset", offset)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise PlanError(f"limit {name} must be a non-negative integer, got {value!r}")
+        return self._derive(Limit(self._node, n, offset))
+
+    def head(self, n: int = 5) -> LazyFrame:
+        """The first ``n`` rows (``limit(n)``)."""
+        return self.limit(n)
+
+    def sort(
+        self,
+        by: str | Expr | Sequence[str | Expr],
+        *,
+        descending: bool | Sequence[bool] = False,
+        nulls_first: bool = False,
+    ) -> LazyFrame:
+        """Rows ordered by one or more keys.
+
+        Example:
+            >>> frame.sort(["label", "key"], descending=[True, False])  # doctest: +SKIP
+        """
+        keys = _exprs([by], "sort")
+        if not keys:
+            raise PlanError("sort() needs at least one key")
+        flags = [descending] * len(keys) if isinstance(descending, bool) else list(descending)
+        if len(flags) != len(keys) or not all(isinstance(d, bool) for d in flags):
+            raise PlanError(
+                f"sort descending must be a bool or one bool per key ({len(keys)}), "
+                f"got {descending!r}"
+            )
+        return self._derive(Sort(self._node, tuple(keys), tuple(flags), bool(nulls_first)))
+
+    def join(
+        self,
+        other: LazyFrame,
+        on: str | Sequence[str] | None = None,
+        *,
+        left_on: str | Sequence[str] | None = None,
+        right_on: str | Sequence[str] | None = None,
+        how: Literal["inner", "left", "full", "semi", "anti"] = "inner",
+        suffix: str = "_right",
+    ) -> LazyFrame:
+        """Join with another frame on key columns.
+
+        Keys named alike appear once; other columns of ``other`` whose names clash get
+        ``suffix``. The row order of a join is not specified: sort afterwards.
+
+        Example:
+            >>> images.join(labels, on="key", how="left")  # doctest: +SKIP
+        """
+        if not isinstance(other, LazyFrame):
+            raise PlanError(f"join() needs another LazyFrame, got {type(other).__name__}")
+        if how not in JOINS:
+            raise PlanError(f"join how must be one of {list(JOINS)}, got {how!r}")
+        if on is not None:
+            if left_on is not None or right_on is not None:
+                raise PlanError("join() takes on= or left_on=/right_on=, not both")
+            left_keys = right_keys = _names(on, "join on")
+        elif left_on is not None and right_on is not None:
+            left_keys, right_keys = _names(left_on, "left_on"), _names(right_on, "right_on")
+        else:
+            raise PlanError("join() needs on= or both left_on= and right_on=")
+        if len(left_keys) != len(right_keys) or not left_keys:
+            raise PlanError(
+                f"join needs as many left keys as right keys, got {left_keys} and {right_keys}"
+            )
+        return self._derive(
+            Join(self._node, other._node, tuple(left_keys), tuple(right_keys), how, suffix)
+        )
+
+    def group_by(self, *keys: str | Expr | Sequence[str | Expr]) -> GroupBy:
+        """Group rows by key columns; finish with :meth:`GroupBy.agg`.
+
+        Example:
+            >>> frame.group_by("label").agg(dataio.col("w").mean(), n=dataio.count())  # doctest: +SKIP
+        """
+        exprs = _exprs(keys, "group_by")
+        if not exprs:
+            raise PlanError("group_by() needs at least one key; use .agg() for whole-frame totals")
+        _no_aggregates(exprs, "group_by")
+        return GroupBy(self, tuple(exprs))
+
+    def agg(self, *aggs: Expr, **named: Expr) -> LazyFrame:
+        """Aggregates over the whole frame: one row."""
+        return GroupBy(self, ()).agg(*aggs, **named)
+
+    # -- terminals ---------------------------------------------------------------------
+
+    def collect(self) -> list[dict[str, Any]]:
+        """Run the plan; the rows as dicts (Python callables in ``filter`` included)."""
+        return self.collect_arrow().to_pylist()  # type: ignore[no-any-return]
+
+    def collect_arrow(self) -> pa.Table:
+        """Run the plan in parallel; a ``pyarrow.Table`` in the frame's order.
+
+        Feather scans with plain projections and slices are read straight from a memory
+        map: Arrow types and buffers come out as stored, with no copy.
+        """
+        from dataio.engine.frame import collect_table
+
+        return collect_table(self._node)
+
+    def collect_arrow_reader(self) -> pa.RecordBatchReader:
+        """A ``pyarrow.RecordBatchReader`` that runs the plan batch by batch as it is read."""
+        import pyarrow as pa
+
+        from dataio.engine.frame import stream_batches
+
+        return pa.RecordBatchReader.from_batches(self._schema, stream_batches(self._node))
+
+    def collect_arrow_stream(self) -> ArrowStream:
+        """An object with ``__arrow_c_stream__``: the Arrow C stream of the results."""
+        return ArrowStream(self.collect_arrow_reader())
+
+    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
+        """Export the results as an Arrow C stream (polars, duckdb, pyarrow read it)."""
+        return self.collect_arrow_reader().__arrow_c_stream__(requested_schema)
+
+    def to_polars(self) -> polars.DataFrame:
+        """Run the plan; a ``polars.DataFrame``."""
+        import polars as pl
+
+        return pl.from_arrow(self.collect_arrow())  # type: ignore[return-value]
+
+    def explain(self, *, analyze: bool = False) -> str:
+        """The plan as text: dataio's steps and DataFusion's plans; ``analyze=True`` runs it
+        and adds the metrics (rows, row groups pruned, bytes scanned)."""
+        from dataio.engine.frame import explain
+
+        return explain(self._node, analyze=analyze)
+
+    # -- record source -----------------------------------------------------------------
+
+    def iterate(self) -> Iterator[dict[str, Any]]:
+        """The rows as dicts, batch by batch, in the same order on every pass."""
+        from dataio.engine.frame import stream_batches
+
+        batches = stream_batches(self._node)
+        try:
+            for batch in batches:
+                yield from batch.to_pylist()
+        finally:
+            batches.close()  # type: ignore[attr-defined]
+
+    def describe(self) -> dict[str, Any]:
+        """The plan: scans (paths as given, options), steps and expressions."""
+        return {"source": "frame", "plan": self._node.describe()}
+
+    @property
+    def configured(self) -> bool:
+        """True when the plan has steps beyond its scans (filters, projections, ...)."""
+        return any(not isinstance(n, Scan | Memory) for n in walk(self._node))
+
+    def length(self) -> int | None:
+        """The row count of a bare Parquet or Feather scan (from metadata), else ``None``."""
+        node = self._node
+        if not isinstance(node, Scan) or node.format not in ("parquet", "feather"):
+            return None
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        total = 0
+        for path in node.files:
+            if node.format == "parquet":
+                total += pq.read_metadata(path).num_rows
+            else:
+                with pa.memory_map(path) as source:
+                    reader = pa.ipc.open_file(source)
+                    total += sum(
+                        reader.get_batch(i).num_rows for i in range(reader.num_record_batches)
+                    )
+        return total
+
+    # -- display -----------------------------------------------------------------------
+
+    def _plan_lines(self) -> list[str]:
+        from dataio.engine.frame import tree
+
+        return tree(self._node)
+
+    def __repr__(self) -> str:
+        schema = ", ".join(f"{f.name}: {f.type}" for f in self._schema)
+        plan = "\n".join("  " + line for line in self._plan_lines())
+        return f"LazyFrame[{schema}]\n{plan}"
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><td>{html.escape(f.name)}</td><td>{html.escape(str(f.type))}</td></tr>"
+            for f in self._schema
+        )
+        plan = html.escape("\n".join(self._plan_lines()))
+        return (
+            "<div><b>LazyFrame</b> (not executed)"
+            f"<table><tr><th>column</th><th>type</th></tr>{rows}</table>"
+            f"<pre>{plan}</pre></div>"
+        )
+
+
+class GroupBy:
+    """A frame grouped by keys; :meth:`agg` makes a frame with one row per group."""
+
+    def __init__(self, frame: LazyFrame, keys: tuple[Expr, ...]) -> None:
+        self._frame = frame
+        self._keys = keys
+
+    def agg(self, *aggs: Expr, **named: Expr) -> LazyFrame:
+        """Aggregate columns: ``col("x").sum()``, ``.mean()``, ``.min()``, ``.max()``,
+        ``.count()``, ``.n_unique()``, ``.first()``, ``dataio.count()``; ``name=expr``
+        names one.
+
+        Example:
+            >>> frame.group_by("label").agg(dataio.col("w").max(), n=dataio.count())  # doctest: +SKIP
+        """
+        items = list(aggs) + [expr.alias(name) for name, expr in named.items()]
+        if not items:
+            raise PlanError("agg() needs at least one aggregate expression")
+        for expr in items:
+            if not isinstance(expr, Expr) or not expr.is_aggregate():
+                raise PlanError(
+                    f"agg() takes aggregate expressions ({', '.join(AGGREGATES)} of a column, "
+                    f"or dataio.count()), got {expr!r}"
+                )
+        return self._frame._derive(Aggregate(self._frame._node, self._keys, tuple(items)))
+
+
+class ArrowStream:
+    """A one-shot Arrow C stream (``__arrow_c_stream__``) of a frame's results."""
+
+    def __init__(self, reader: pa.RecordBatchReader) -> None:
+        self._reader = reader
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The stream's schema."""
+        return self._reader.schema
+
+    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
+        """Hand the stream to a consumer (once)."""
+        return self._reader.__arrow_c_stream__(requested_schema)
+
+
+# -- scans -------------------------------------------------------------------------------------
+
+
+def scan(path: PathSpec, *, format: Format | None = None, **options: Any) -> LazyFrame:
+    """A lazy scan of files in ``format`` (by default, from the first path's extension).
+
+    ``path`` is a file, a glob (``**`` recurses), a directory (its files of the format,
+    recursively, sorted) or a list of those; files are read in that order.
+
+    Example:
+        >>> dataio.scan("/data/part-*.parquet").filter("label = 3")  # doctest: +SKIP
+    """
+    items = _spec(path)
+    fmt = format or _format_of(items[0])
+    if fmt not in EXTENSIONS:
+        raise PlanError(f"scan format must be one of {list(EXTENSIONS)}, got {fmt!r}")
+    files = _resolve(items, fmt)
+    from dataio.engine.frame import scan_schema
+
+    schema = scan_schema(fmt, files[0], options)
+    node = Scan(fmt, items, tuple(files), tuple(sorted(options.items())), schema)
+    return LazyFrame(node, schema)
+
+
+def scan_parquet(path: PathSpec) -> LazyFrame:
+    """A lazy scan of Parquet files, with row-group pruning and column projection.
+
+    Example:
+        >>> dataio.scan_parquet("/data/shard.parquet").filter(lambda r: r["height"] > 512)  # doctest: +SKIP
+    """
+    return scan(path, format="parquet")
+
+
+def scan_feather(path: PathSpec) -> LazyFrame:
+    """A lazy scan of Feather v2 / Arrow IPC files.
+
+    Example:
+        >>> dataio.scan_feather("/data/table.arrow").select("key", "value").collect_arrow()  # doctest: +SKIP
+    """
+    return scan(path, format="feather")
+
+
+def scan_csv(path: PathSpec, *, has_header: bool = True, separator: str = ",") -> LazyFrame:
+    """A lazy scan of CSV files (types inferred from the first file).
+
+    Example:
+        >>> dataio.scan_csv("/data/labels.csv").filter(dataio.col("label") == 3)  # doctest: +SKIP
+    """
+    return scan(path, format="csv", has_header=has_header, separator=separator)
+
+
+def scan_json(path: PathSpec) -> LazyFrame:
+    """A lazy scan of JSON-lines files (one object per line).
+
+    Example:
+        >>> dataio.scan_json("/data/rows.jsonl").select("key")  # doctest: +SKIP
+    """
+    return scan(path, format="json")
+
+
+def scan_tfrecord(path: PathSpec, *, schema: pa.Schema | None = None) -> LazyFrame:
+    """A lazy scan of TFRecord files of ``tf.train.Example`` (checksums verified).
+
+    Without ``schema``, features with one value in each of the first records become
+    scalar columns (``binary``, ``float32``, ``int64``) and others list columns.
+
+    Example:
+        >>> dataio.scan_tfrecord("/data/train.tfrecord").filter(dataio.col("label") < 10)  # doctest: +SKIP
+    """
+    options = {} if schema is None else {"schema": schema}
+    return scan(path, format="tfrecord", **options)
+
+
+def read_parquet(path: PathSpec, *, columns: Sequence[str] | None = None) -> pa.Table:
+    """Read Parquet files now, optionally only some columns, as a ``pyarrow.Table``.
+
+    Example:
+        >>> dataio.read_parquet("/data/shard.parquet", columns=["key", "height"])  # doctest: +SKIP
+    """
+    frame = scan_parquet(path)
+    return (frame.select(*columns) if columns is not None else frame).collect_arrow()
+
+
+def read_feather(path: PathSpec, *, columns: Sequence[str] | None = None) -> pa.Table:
+    """Read Feather / Arrow IPC files now from a memory map: types and buffers as stored.
+
+    Example:
+        >>> dataio.read_feather("/data/table.arrow", columns=["key", "value"])  # doctest: +SKIP
+    """
+    frame = scan_feather(path)
+    return (frame.select(*columns) if columns is not None else frame).collect_arrow()
+
+
+def sql(query: str, **tables: Any) -> LazyFrame:
+    """A SQL query over named inputs: frames, file paths and in-memory Arrow data.
+
+    Inputs can be a :class:`LazyFrame`, a path (scanned by extension), a
+    ``pyarrow.Table`` / ``RecordBatch`` / ``RecordBatchReader``, or anything with
+    ``__arrow_c_stream__`` (polars, pandas through pyarrow). dataio's kernels
+    (``decode_image(bytes, mode)``, ``image_size(bytes)``) are SQL functions.
+
+    Example:
+        >>> dataio.sql("SELECT key FROM t WHERE height > 512", t=frame).collect()  # doctest: +SKIP
+    """
+    if not isinstance(query, str) or not query.strip():
+        raise PlanError(f"sql() needs a query string, got {query!r}")
+    nodes = tuple((name, _table_node(name, value)) for name, value in tables.items())
+    node = Sql(query, nodes)
+    from dataio.engine.frame import plan_schema
+
+    return LazyFrame(node, plan_schema(node))
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def _table_node(name: str, value: Any) -> Node:
+    if not name.isidentifier():
+        raise PlanError(f"sql() table names must be identifiers, got {name!r}")
+    if isinstance(value, LazyFrame):
+        return value.plan
+    if isinstance(value, str | os.PathLike):
+        return scan(value).plan
+    import pyarrow as pa
+
+    from dataio.engine.frame import plain_table
+
+    if isinstance(value, pa.RecordBatch):
+        table = pa.Table.from_batches([value])
+    elif isinstance(value, pa.Table):
+        table = value
+    elif hasattr(value, "__arrow_c_stream__") or isinstance(value, pa.RecordBatchReader):
+        table = pa.table(value) if not isinstance(value, pa.RecordBatchReader) else value.read_all()
+    else:
+        raise PlanError(
+            f"sql() table {name!r} must be a LazyFrame, a path, a pyarrow Table/RecordBatch, "
+            f"or have __arrow_c_stream__; got {type(value).__name__}"
+        )
+    return Memory(plain_table(table), f"{name}: {type(value).__module__}.{type(value).__name__}")
+
+
+def _lit(value: Any) -> Expr:
+    from dataio.expr import lit
+
+    return lit(value)
+
+
+def _exprs(columns: Sequence[Any], what: str) -> list[Expr]:
+    out: list[Expr] = []
+    for item in columns:
+        if isinstance(item, str):
+            out.append(col(item))
+        elif isinstance(item, Expr):
+            out.append(item)
+        elif isinstance(item, Sequence) and not isinstance(item, bytes):
+            out.extend(_exprs(item, what))
+        else:
+            raise PlanError(f"{what}() takes column names or expressions, got {item!r}")
+    return out
+
+
+def _no_aggregates(exprs: Sequence[Expr], what: str) -> None:
+    for expr in exprs:
+        if any(e.op == "agg" for e in _nodes(expr)):
+            raise PlanError(
+                f"{what}({expr!r}): aggregates belong in .group_by(...).agg(...) or .agg(...)"
+            )
+
+
+def _nodes(expr: Expr) -> Iterator[Expr]:
+    yield expr
+    for arg in expr.args:
+        if isinstance(arg, Expr):
+            yield from _nodes(arg)
+        elif isinstance(arg, tuple):
+            for item in arg:
+                if isinstance(item, Expr):
+                    yield from _nodes(item)
+
+
+def _names(value: str | Sequence[str], what: str) -> list[str]:
+    names = [value] if isinstance(value, str) else list(value)
+    if not all(isinstance(n, str) and n for n in names):
+        raise PlanError(f"{what} must be column names, got {value!r}")
+    return names
+
+
+def _spec(path: PathSpec) -> tuple[str, ...]:
+    if isinstance(path, str | os.PathLike):
+        items = (os.fspath(path),)
+    elif isinstance(path, Sequence) and path and all(isinstance(p, str | os.PathLike) for p in path):
+        items = tuple(os.fspath(p) for p in path)
+    else:
+        raise PlanError(f"scans take a path, a glob, a directory or a list of them, got {path!r}")
+    for item in items:
+        if item.startswith("file://"):
+            continue
+        if "://" in item:
+            scheme = item.split("://", 1)[0]
+            raise DataioError(
+                f"cannot scan {item!r}: {scheme}:// URIs are not supported yet; use a local path"
+            )
+    return tuple(i[len("file://") :] if i.startswith("file://") else i for i in items)
+
+
+def _format_of(path: str) -> str:
+    lowered = path.lower().rstrip("/")
+    for fmt, extensions in EXTENSIONS.items():
+        if lowered.endswith(extensions):
+            return fmt
+    if os.path.isdir(path):
+        for fmt, extensions in EXTENSIONS.items():
+            if any(f.lower().endswith(extensions) for _, _, fs in os.walk(path) for f in fs):
+                return fmt
+    raise PlanError(
+        f"cannot tell the format of {path!r} from its extension; pass format= "
+        f"(one of {list(EXTENSIONS)})"
+    )
+
+
+def _resolve(items: Sequence[str], fmt: str) -> list[str]:
+    files: list[str] = []
+    for item in items:
+        if any(c in item for c in "*?["):
+            found = sorted(p for p in globlib.glob(item, recursive=True) if os.path.isfile(p))
+            if not found:
+                raise NotFoundError(f"scan_{fmt}: the pattern {item!r} matched no files")
+            files += found
+        elif os.path.isdir(item):
+            found = sorted(
+                os.path.join(root, name)
+                for root, _, names in os.walk(item)
+                for name in names
+                if name.lower().endswith(EXTENSIONS[fmt]) and not name.startswith((".", "_"))
+            )
+            if not found:
+                raise NotFoundError(
+                    f"scan_{fmt}: the directory {item!r} holds no {fmt} files "
+                    f"({', '.join(EXTENSIONS[fmt])})"
+                )
+            files += found
+        elif os.path.isfile(item):
+            files.append(item)
+        else:
+            raise NotFoundError(f"scan_{fmt}: no such file or directory {item!r}")
+    return files
+
+
+def frame_of(value: Any) -> LazyFrame:
+    """A frame from a frame or a mapping of columns (for tests and examples)."""
+    if isinstance(value, LazyFrame):
+        return value
+    if isinstance(value, Mapping):
+        import pyarrow as pa
+
+        table = pa.table(dict(value))
+        return LazyFrame(Memory(table, "columns"), table.schema)
+    raise QueryError(f"cannot make a frame from {type(value).__name__}")
