@@ -50,7 +50,7 @@ class Batch:
     def _unmixed(self, what: str) -> None:
         if self.mixed_by is not None:
             raise DataioError(
-                f"batch.{what} is not available after {self.mixed_by}: its rows blend "
+                f"{what} is not available after {self.mixed_by}: its rows blend "
                 f"several records; read it in a batch map placed before {self.mixed_by}, "
                 "or carry it in a tensor slot"
             )
@@ -58,19 +58,19 @@ class Batch:
     @property
     def keys(self) -> list[Any]:
         """Each row's ``key`` field (``None`` when the record has none)."""
-        self._unmixed("keys")
+        self._unmixed("batch.keys")
         return self._keys
 
     @property
     def indices(self) -> list[int]:
         """Each row's record index in the stream."""
-        self._unmixed("indices")
+        self._unmixed("batch.indices")
         return self._indices
 
     @property
     def sizes(self) -> dict[str, list[tuple[int, int]]]:
         """Per decoded slot, each row's source size (``(height, width)`` for images)."""
-        self._unmixed("sizes")
+        self._unmixed("batch.sizes")
         return self._sizes
 
     @property
@@ -82,7 +82,7 @@ class Batch:
         if slot not in self._columns:
             raise FieldError(f"slot {slot!r} is not in this batch; slots: {self.slots}")
         if slot in self.row_values:
-            self._unmixed(f"[{slot!r}] (per-record values)")
+            self._unmixed(f"batch[{slot!r}] (one Python value per record)")
         return self._columns[slot]
 
     def __contains__(self, slot: object) -> bool:

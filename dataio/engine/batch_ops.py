@@ -76,9 +76,11 @@ def _mix(batch: Batch, p: dict[str, Any], rng: Any, cut: bool) -> Batch:
         else:
             mixed, mixed_labels = kernels.mixup(x, labels, lam, perm)
         columns[name] = mixed
+    row_values = batch.row_values
     if labels is not None:
-        columns[p["label"]] = mixed_labels
-    return batch.with_columns(columns, mixed_by=what)
+        columns[p["label"]] = mixed_labels  # blended labels are a tensor now
+        row_values = row_values - {p["label"]}
+    return batch.with_columns(columns, mixed_by=what, row_values=row_values)
 
 
 def _padding(batch: Batch, p: dict[str, Any], rng: Any) -> Batch:
