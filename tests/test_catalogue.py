@@ -441,7 +441,7 @@ def test_custom_op_returning_the_wrong_length_is_a_clear_error() -> None:
     bad = dataio.custom_op(lambda column: column[:1], name="first_only")
     pipe = dataio.pipeline(dataio.slot("x").decode_numpy().then(bad), dataio.batch(2))
     with pytest.raises(
-        dataio.ShapeMismatchError, match="first_only.*returned 1 rows for a batch of 2"
+        dataio.ShapeMismatchError, match=r"first_only.*returned 1 rows for a batch of 2"
     ):
         rows(pipe.bind(vector_records([2, 2])).run())
     with pytest.raises(dataio.PlanError, match="name="):
