@@ -21,7 +21,8 @@ Columns:
   the load really costs, since mapped file pages are shared with the page cache.
 
 Files are read warm (in the page cache, as right after a download or a save); writes go
-to the page cache without fsync, as both libraries' save functions do. Nothing here
+to the page cache without fsync, as both libraries' save functions do, each starting
+after an ``os.sync()`` so none pays for an earlier one's writeback. Nothing here
 asserts on timings; the target (load at least as fast as safetensors, no more RSS) is
 printed as met or not.
 """
@@ -232,6 +233,8 @@ def child(args: argparse.Namespace) -> None:
 
 
 def measure(kind: str, name: str, path: Path, args: argparse.Namespace) -> dict[str, float]:
+    # Start every measurement with no dirty pages, so no write pays for an earlier one.
+    os.sync()
     command = [
         sys.executable,
         __file__,
@@ -262,7 +265,7 @@ def mib(n: float) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tensors", type=int, default=200)
     parser.add_argument("--tensor-mib", type=int, default=10)
     parser.add_argument("--quick", action="store_true", help="20 x 10 MiB, one round")

@@ -45,33 +45,38 @@ def cuda_target(device: str | None, framework: str) -> Any:
 
 
 def to_device(tensors: dict[str, Any], target: Any) -> dict[str, Any]:
-    """Copy CPU tensors to ``target`` through two alternating pinned staging buffers."""
+    """Copy CPU tensors to ``target`` through two alternating pinned staging buffers.
+
+    The host copies one chunk into a pinned buffer while the GPU copies the previous
+    one out of the other; an event per buffer says when it may be refilled. Everything
+    runs on the target's current stream, which is synchronized before returning.
+    """
     import torch
 
-    stream = torch.cuda.Stream(device=target)
-    staging = [torch.empty(STAGING_BYTES, dtype=torch.uint8, pin_memory=True) for _ in range(2)]
-    ready = [torch.cuda.Event(), torch.cuda.Event()]
-    used = [False, False]
+    size = STAGING_BYTES
     out: dict[str, Any] = {}
-    turn = 0
-    with torch.cuda.stream(stream):
+    with torch.cuda.device(target):
+        staging = [torch.empty(size, dtype=torch.uint8, pin_memory=True) for _ in range(2)]
+        ready = [torch.cuda.Event(), torch.cuda.Event()]
+        used = [False, False]
+        turn = 0
         for name, tensor in tensors.items():
             if tensor.numel() == 0:
                 out[name] = torch.empty(tensor.shape, dtype=tensor.dtype, device=target)
                 continue
             source = tensor.reshape(-1).view(torch.uint8)
             dest = torch.empty(source.numel(), dtype=torch.uint8, device=target)
-            for start in range(0, source.numel(), STAGING_BYTES):
-                n = min(STAGING_BYTES, source.numel() - start)
+            for start in range(0, source.numel(), size):
+                n = min(size, source.numel() - start)
                 if used[turn]:
                     ready[turn].synchronize()  # the GPU has finished reading this buffer
                 staging[turn][:n].copy_(source[start : start + n])
                 dest[start : start + n].copy_(staging[turn][:n], non_blocking=True)
-                ready[turn].record(stream)
+                ready[turn].record()
                 used[turn] = True
                 turn ^= 1
             out[name] = dest.view(tensor.dtype).reshape(tensor.shape)
-    stream.synchronize()
+        torch.cuda.current_stream().synchronize()
     return out
 
 

@@ -278,9 +278,9 @@ class SafetensorsFile:
         choice(framework, FRAMEWORKS, "framework")
         if key is not None and keys is not None:
             raise PlanError("pass key= for one tensor or keys= for several, not both")
-        names = [key] if key is not None else list(self._where if keys is None else keys)
         if isinstance(keys, str):
             raise PlanError(f"keys= takes a list of names, got the string {keys!r}; use key=")
+        names = [key] if key is not None else list(self._where if keys is None else keys)
         target = cuda_target(device, framework)
         out: dict[str, Any] = {}
         for name in names:
