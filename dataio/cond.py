@@ -92,6 +92,20 @@ class Predicate:
                 f"cannot compare {self.describe_operand()} = {value!r} with {self.args[1]!r}"
             ) from None
 
+    def __repr__(self) -> str:
+        symbols = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+        if self.op in ("and", "or"):
+            joiner = " & " if self.op == "and" else " | "
+            return "(" + joiner.join(repr(a) for a in self.args) + ")"
+        if self.op == "not":
+            return f"~{self.args[0]!r}"
+        target = f"col({self.args[0]!r})" if self.kind == "field" else f"shape[{self.args[0]}]"
+        if self.op in symbols:
+            return f"{target} {symbols[self.op]} {self.args[1]!r}"
+        if self.op == "is_in":
+            return f"{target}.is_in({list(self.args[1])!r})"
+        return f"{target}.{self.op}()"
+
     def describe_operand(self) -> str:
         """The operand in words: ``field 'x'`` or ``shape axis 0``."""
         return f"field {self.args[0]!r}" if self.kind == "field" else f"shape axis {self.args[0]}"

@@ -63,6 +63,12 @@ class Op:
         return {"op": self.name, **{k: _plain(v) for k, v in self.params}}
 
     def __repr__(self) -> str:
+        if self.kind == "branch":
+            then = ", ".join(repr(op) for op in self.param("then"))
+            text = f"when({self.param('pred')!r}).then({then})"
+            if self.param("otherwise"):
+                text += f".otherwise({', '.join(repr(op) for op in self.param('otherwise'))})"
+            return text
         args = ", ".join(f"{k}={v!r}" for k, v in self.params)
         return f"{self.name}({args})"
 
