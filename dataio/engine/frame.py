@@ -243,6 +243,8 @@ def scan_schema(fmt: str, path: str, options: dict[str, Any]) -> Any:
 
 
 def _read_file(ctx: Any, scan: Scan, path: str) -> Any:
+    if not os.path.isfile(path):  # with a schema given, DataFusion reads a missing file as empty
+        raise NotFoundError(f"{scan.label()}: the file {path!r} is gone")
     with guard(f"scan_{scan.format}", path):
         return _read(ctx, scan.format, path, dict(scan.options), scan.schema)
 
@@ -478,7 +480,7 @@ def compile_plan(node: Node, ctx: Any, mode: Mode) -> Any:
 def _compile_source(source: Scan | Memory, ctx: Any, mode: Mode) -> Any:
     if mode == "schema":
         schema = source.schema if isinstance(source, Scan) else source.table.schema
-        return ctx.from_arrow(schema.empty_table())
+        return ctx.from_arrow(_empty(schema))
     if isinstance(source, Memory):
         return ctx.from_arrow(source.table)
     frames = [_read_file(ctx, source, path) for path in source.files]
@@ -488,10 +490,23 @@ def _compile_source(source: Scan | Memory, ctx: Any, mode: Mode) -> Any:
     return df
 
 
+def _empty(schema: Any) -> Any:
+    """A table with no rows (``Schema.empty_table`` fails on some extension types)."""
+    import pyarrow as pa
+
+    arrays = []
+    for field in schema:
+        if isinstance(field.type, pa.BaseExtensionType):
+            storage = pa.array([], field.type.storage_type)
+            arrays.append(pa.ExtensionArray.from_storage(field.type, storage))
+        else:
+            arrays.append(pa.array([], field.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
 def _join(node: Join, ctx: Any, mode: Mode) -> Any:
-    left = compile_plan(node.left, ctx, mode)
-    right = compile_plan(node.right, ctx, mode)
     where = node.label()
+    left, right = (_unqualified(compile_plan(n, ctx, mode), where) for n in (node.left, node.right))
     left_names = left.schema().names
     right_names = right.schema().names
     for side, names, keys in (
@@ -504,24 +519,38 @@ def _join(node: Join, ctx: Any, mode: Mode) -> Any:
                     f"{where}: key {key!r} is not a column of the {side} frame; "
                     f"available columns: {list(names)}"
                 )
-    shared_keys = {lk for lk, rk in zip(node.left_on, node.right_on, strict=True) if lk == rk}
-    renames = {
-        name: name + node.suffix
-        for name in right_names
-        if name in left_names and name not in shared_keys
-    }
+    shared = {lk for lk, rk in zip(node.left_on, node.right_on, strict=True) if lk == rk}
+    # Right columns get names that cannot clash: shared keys a temporary one (dropped or
+    # coalesced below), other clashing names the suffix.
+    renames = {n: f"{n}\x00right" if n in shared else n + node.suffix for n in right_names}
+    renames = {n: r for n, r in renames.items() if n in shared or n in left_names}
     with guard(where):
-        if renames:
-            right = right.select(
-                *(_column(n).alias(renames[n]) if n in renames else _column(n) for n in right_names)
-            )
-        right_on = [renames.get(k, k) for k in node.right_on]
-        return left.join(
+        right = right.select(*(_column(n).alias(renames.get(n, n)) for n in right_names))
+        joined = left.join(
             right,
             how=node.how,  # type: ignore[arg-type]
             left_on=list(node.left_on),
-            right_on=right_on,
+            right_on=[renames.get(k, k) for k in node.right_on],
+            coalesce_duplicate_keys=False,
         )
+        if node.how in ("semi", "anti"):
+            return joined
+        from datafusion import functions as f
+
+        out = [
+            f.coalesce(_column(n), _column(renames[n])).alias(n)
+            if n in shared and node.how == "full"
+            else _column(n)
+            for n in left_names
+        ]
+        out += [_column(renames.get(n, n)) for n in right_names if n not in shared]
+        return joined.select(*out)
+
+
+def _unqualified(df: Any, where: str) -> Any:
+    """The same columns without table qualifiers, so two inputs never clash by table name."""
+    with guard(where):
+        return df.select(*(_column(n).alias(n) for n in df.schema().names))
 
 
 def _sql(node: Sql, ctx: Any, mode: Mode) -> Any:
