@@ -179,11 +179,21 @@ def test_bad_rates_are_plan_errors(rates: tuple[int, int]) -> None:
 
 # -- resampling -------------------------------------------------------------------------
 
-RATE_PAIRS = [(44100, 16000), (48000, 16000), (16000, 44100), (22050, 16000), (44100, 48000)]
+# Both kernel paths: 44.1 -> 16 and 44.1 -> 48 kHz step past whole filter windows;
+# 48 -> 16, 48 -> 32 and 22.05 -> 44.1 kHz overlap them (the blocked products).
+RATE_PAIRS = [
+    (44100, 16000),
+    (48000, 16000),
+    (16000, 44100),
+    (22050, 16000),
+    (44100, 48000),
+    (48000, 32000),
+    (22050, 44100),
+]
 
 
 @pytest.mark.parametrize(("from_rate", "to_rate"), RATE_PAIRS)
-@pytest.mark.parametrize("frames", [1, 7, 300, 30000])
+@pytest.mark.parametrize("frames", [1, 7, 300, 4999, 30000])
 @pytest.mark.parametrize("channels", [None, 2])
 def test_sinc_matches_resample_poly(
     from_rate: int, to_rate: int, frames: int, channels: int | None
