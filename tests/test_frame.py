@@ -18,8 +18,8 @@ import pyarrow.csv as pacsv
 import pyarrow.feather as feather
 import pyarrow.parquet as pq
 import pytest
-from polars.testing import assert_frame_equal
 from helpers.resume import check_resume
+from polars.testing import assert_frame_equal
 
 import dataio
 from dataio.exceptions import FormatError, NotFoundError, QueryError
@@ -48,7 +48,9 @@ def make_table(part: int) -> pa.Table:
         {
             "id": ids,
             "label": pa.array(ids % 7, pa.int32()),
-            "value": pa.array([None if i % 11 == 0 else v for i, v in zip(ids, value)], pa.float64()),
+            "value": pa.array(
+                [None if i % 11 == 0 else v for i, v in zip(ids, value, strict=True)], pa.float64()
+            ),
             "name": pa.array([f"item-{i:04d}" for i in ids]),
             "flag": pa.array(ids % 3 == 0),
             "blob": pa.array([bytes([i % 256]) * (i % 5) for i in ids], pa.binary()),
@@ -149,7 +151,9 @@ def test_filter_expressions_sql_strings_and_callables_match_polars(data) -> None
     assert rows == oracle
     # steps after a Python filter still run, on the rows that passed
     after = frame(data).filter(odd_names).filter(col("id") > 100).select("id").collect()
-    assert after == [{"id": r["id"]} for r in data["whole"].to_pylist() if odd_names(r) and r["id"] > 100]
+    assert after == [
+        {"id": r["id"]} for r in data["whole"].to_pylist() if odd_names(r) and r["id"] > 100
+    ]
 
 
 def test_select_with_columns_limit_sort(data) -> None:
@@ -159,11 +163,18 @@ def test_select_with_columns_limit_sort(data) -> None:
         p.select("name", (pl.col("value") * 2).alias("double"), "id").collect(),
     )
     same(
-        f.with_columns(col("id").cast(pa.float64()).alias("fid"), label=col("label") + 1).collect_arrow(),
-        p.with_columns(pl.col("id").cast(pl.Float64).alias("fid"), label=(pl.col("label") + 1).cast(pl.Int64)).collect(),
+        f.with_columns(
+            col("id").cast(pa.float64()).alias("fid"), label=col("label") + 1
+        ).collect_arrow(),
+        p.with_columns(
+            pl.col("id").cast(pl.Float64).alias("fid"), label=(pl.col("label") + 1).cast(pl.Int64)
+        ).collect(),
     )
     same(f.limit(7, offset=75).collect_arrow(), p.slice(75, 7).collect())
-    same(f.filter(col("label") == 4).head(5).collect_arrow(), p.filter(pl.col("label") == 4).head(5).collect())
+    same(
+        f.filter(col("label") == 4).head(5).collect_arrow(),
+        p.filter(pl.col("label") == 4).head(5).collect(),
+    )
     same(
         f.sort(["label", "id"], descending=[True, False]).collect_arrow(),
         p.sort(["label", "id"], descending=[True, False]).collect(),
@@ -175,7 +186,9 @@ def test_select_with_columns_limit_sort(data) -> None:
 
 
 def test_join_and_group_by_match_polars(data) -> None:
-    names = pa.table({"label": pa.array([0, 1, 2, 9], pa.int32()), "name": ["zero", "one", "two", "nine"]})
+    names = pa.table(
+        {"label": pa.array([0, 1, 2, 9], pa.int32()), "name": ["zero", "one", "two", "nine"]}
+    )
     right = sql("SELECT * FROM t", t=names)
     f, p = frame(data).select("id", "label", "name"), lazy(data).select("id", "label", "name")
     for how in ("inner", "left", "semi", "anti"):
@@ -211,7 +224,9 @@ def test_frames_are_values(data) -> None:
     assert repr(base) == before and base.columns == data["whole"].column_names
     assert filtered.columns == base.columns and selected.columns == ["id"]
     assert selected.collect_arrow().num_rows == filtered.collect_arrow().num_rows
-    assert "LazyFrame[id: int64]" in repr(selected) and "filter((col('label') == 1))" in repr(selected)
+    assert "LazyFrame[id: int64]" in repr(selected) and "filter((col('label') == 1))" in repr(
+        selected
+    )
     html = selected._repr_html_()
     assert "<td>id</td>" in html and "scan_parquet" in html
 
@@ -239,7 +254,9 @@ def test_arrow_exports_reach_polars_duckdb_and_pyarrow(data) -> None:
 
 
 def test_loader_arrow_output_reaches_polars_duckdb_and_pyarrow(data) -> None:
-    plan = dataio.pipeline(dataio.slot("id").passthrough(), dataio.slot("name").passthrough(), dataio.batch(16))
+    plan = dataio.pipeline(
+        dataio.slot("id").passthrough(), dataio.slot("name").passthrough(), dataio.batch(16)
+    )
     source = frame(data).filter(col("label") < 3)
     expected = source.select("id", "name").collect()
     batches = list(plan.bind(source).run("arrow"))
@@ -268,13 +285,20 @@ def metric(text: str, name: str) -> list[tuple[int, int]]:
 
 def scanned(text: str) -> float:
     units = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9}
-    return sum(float(v) * units[u] for v, u in re.findall(r"bytes_scanned=([\d.]+) ?([KMG]?)", text))
+    return sum(
+        float(v) * units[u] for v, u in re.findall(r"bytes_scanned=([\d.]+) ?([KMG]?)", text)
+    )
 
 
 def test_row_groups_are_pruned_and_columns_not_read(data) -> None:
     n = 2 * ROWS_PER_GROUP
     # ids are sorted: only the second file's first row group can hold 85..90
-    text = frame(data).filter((col("id") >= n + 5) & (col("id") < n + 10)).select("id").explain(analyze=True)
+    text = (
+        frame(data)
+        .filter((col("id") >= n + 5) & (col("id") < n + 10))
+        .select("id")
+        .explain(analyze=True)
+    )
     files = metric(text, "files_ranges_pruned_statistics")
     groups = metric(text, "row_groups_pruned_statistics")
     # two files pruned by their statistics, then one of the third file's two row groups
@@ -315,7 +339,7 @@ def test_files_are_touched_only_by_terminals(data, tmp_path: Path) -> None:
     assert query.collect() == [{"id": 0}, {"id": 1}, {"id": 2}]
     os.remove(path)
     assert "scan_parquet" in repr(query)
-    with pytest.raises(NotFoundError, match="data.parquet"):
+    with pytest.raises(NotFoundError, match=r"data\.parquet"):
         query.collect()
 
 
@@ -336,7 +360,7 @@ def test_bad_input_is_a_clear_dataio_error(data, tmp_path: Path) -> None:
         f.filter(col("name") > 3)
     with pytest.raises(QueryError, match=r"cannot compare col\('id'\) \(int64\) with 'abc'"):
         f.filter(col("id") > "abc")
-    with pytest.raises(QueryError, match="(?s)type mismatch.*'abc'"):
+    with pytest.raises(QueryError, match=r"(?s)type mismatch.*'abc'"):
         f.filter("id > 'abc'")
     with pytest.raises(QueryError, match="malformed SQL"):
         sql("SELEC id FRM t", t=f)
@@ -358,7 +382,7 @@ def test_bad_input_is_a_clear_dataio_error(data, tmp_path: Path) -> None:
         scan_parquet(tmp_path / "*.nothing")
     with pytest.raises(NotFoundError, match="no such file"):
         scan_parquet(tmp_path / "missing.parquet")
-    with pytest.raises(dataio.PlanError, match="& | ~"):
+    with pytest.raises(dataio.PlanError, match=re.escape("& | ~")):
         f.filter((col("id") > 1) and (col("id") < 5))
     with pytest.raises(dataio.PlanError, match="aggregates belong"):
         f.select(col("id").sum())
@@ -370,12 +394,13 @@ def test_bad_input_is_a_clear_dataio_error(data, tmp_path: Path) -> None:
 
 
 def test_sql_over_frames_files_and_memory(data) -> None:
-    labels = pa.table({"label": pa.array(range(7), pa.int32()), "word": [f"w{i}" for i in range(7)]})
+    labels = pa.table(
+        {"label": pa.array(range(7), pa.int32()), "word": [f"w{i}" for i in range(7)]}
+    )
     polars_labels = pl.from_arrow(labels)
     batch = labels.to_batches()[0]
     query = (
-        "SELECT f.id, l.word FROM f JOIN l ON f.label = l.label "
-        "WHERE f.id % 10 = 0 ORDER BY f.id"
+        "SELECT f.id, l.word FROM f JOIN l ON f.label = l.label WHERE f.id % 10 = 0 ORDER BY f.id"
     )
     expected = (
         lazy(data).join(polars_labels.lazy(), on="label").filter(pl.col("id") % 10 == 0)
@@ -384,12 +409,18 @@ def test_sql_over_frames_files_and_memory(data) -> None:
     for left in (frame(data), str(data["root"] / "pq"), data["paths"][:1] and frame(data)):
         for right in (labels, batch, polars_labels, sql("SELECT * FROM x", x=labels)):
             same(sql(query, f=left, l=right).collect_arrow(), expected)
-    nested = sql("SELECT word, count(*) AS n FROM t GROUP BY word", t=sql(query, f=frame(data), l=labels))
+    nested = sql(
+        "SELECT word, count(*) AS n FROM t GROUP BY word", t=sql(query, f=frame(data), l=labels)
+    )
     assert sorted(r["n"] for r in nested.collect()) == sorted(
         expected.group_by("word").len()["len"].to_list()
     )
     # a SQL frame is a frame: methods chain on it
-    chained = sql("SELECT id, label FROM t", t=frame(data)).filter(col("label") == 0).sort("id", descending=True)
+    chained = (
+        sql("SELECT id, label FROM t", t=frame(data))
+        .filter(col("label") == 0)
+        .sort("id", descending=True)
+    )
     assert chained.collect() == sorted(
         ({"id": r["id"], "label": 0} for r in data["whole"].to_pylist() if r["label"] == 0),
         key=lambda r: -r["id"],
@@ -397,10 +428,13 @@ def test_sql_over_frames_files_and_memory(data) -> None:
 
 
 def test_image_kernels_as_sql_and_column_expressions(tiny_images, tmp_path: Path) -> None:
-    from PIL import Image
     import io
 
-    table = pa.table({"key": [f"k{i}" for i in range(4)], "image": pa.array(tiny_images[:4], pa.binary())})
+    from PIL import Image
+
+    table = pa.table(
+        {"key": [f"k{i}" for i in range(4)], "image": pa.array(tiny_images[:4], pa.binary())}
+    )
     path = tmp_path / "images.parquet"
     pq.write_table(table, path)
     sizes = [Image.open(io.BytesIO(b)).size for b in tiny_images[:4]]
@@ -408,9 +442,9 @@ def test_image_kernels_as_sql_and_column_expressions(tiny_images, tmp_path: Path
     got = f.select("key", col("image").image_size().field("width").alias("w")).collect()
     assert [r["w"] for r in got] == [w for w, _ in sizes]
     decoded = f.with_columns(pixels=col("image").decode_image("gray")).collect()
-    assert [(r["pixels"]["height"], r["pixels"]["width"], r["pixels"]["channels"]) for r in decoded] == [
-        (h, w, 1) for w, h in sizes
-    ]
+    assert [
+        (r["pixels"]["height"], r["pixels"]["width"], r["pixels"]["channels"]) for r in decoded
+    ] == [(h, w, 1) for w, h in sizes]
     for typ in (pa.binary(), pa.large_binary(), pa.binary_view()):
         memory = pa.table({"image": pa.array(tiny_images[:4], typ)})
         rows = sql("SELECT image_size(image)['height'] AS h FROM t", t=memory).collect()
@@ -422,8 +456,12 @@ def test_image_kernels_as_sql_and_column_expressions(tiny_images, tmp_path: Path
 # -- Feather and eager readers ------------------------------------------------------------
 
 
-def test_feather_keeps_arrow_types_and_buffers_through_projection_and_slicing(tmp_path: Path) -> None:
-    tensor = pa.FixedShapeTensorArray.from_numpy_ndarray(np.arange(24, dtype=np.float32).reshape(6, 2, 2))
+def test_feather_keeps_arrow_types_and_buffers_through_projection_and_slicing(
+    tmp_path: Path,
+) -> None:
+    tensor = pa.FixedShapeTensorArray.from_numpy_ndarray(
+        np.arange(24, dtype=np.float32).reshape(6, 2, 2)
+    )
     table = pa.table(
         {
             "key": pa.array([f"k{i}" for i in range(6)], pa.large_string()),
@@ -441,10 +479,15 @@ def test_feather_keeps_arrow_types_and_buffers_through_projection_and_slicing(tm
     expected = table.select(["tensor", "cat", "ts", "key"]).slice(2, 3)
     assert got.schema == expected.schema and got.equals(expected)
     assert isinstance(got.column("tensor").chunk(0), pa.FixedShapeTensorArray)
-    assert np.array_equal(got.column("tensor").chunk(0).to_numpy_ndarray(), np.arange(24, dtype=np.float32).reshape(6, 2, 2)[2:5])
+    assert np.array_equal(
+        got.column("tensor").chunk(0).to_numpy_ndarray(),
+        np.arange(24, dtype=np.float32).reshape(6, 2, 2)[2:5],
+    )
     assert read_feather(path, columns=["value", "key"]).equals(table.select(["value", "key"]))
     stream = scan_feather(path).select("key", "value").collect_arrow_stream()
-    assert pa.RecordBatchReader.from_stream(stream).read_all().equals(table.select(["key", "value"]))
+    assert (
+        pa.RecordBatchReader.from_stream(stream).read_all().equals(table.select(["key", "value"]))
+    )
 
 
 def test_read_parquet_columns(data) -> None:
@@ -457,7 +500,9 @@ def test_read_parquet_columns(data) -> None:
 
 
 def source_plan(size: int = 4) -> dataio.Pipeline:
-    return dataio.pipeline(dataio.slot("id").passthrough(), dataio.slot("name").passthrough(), dataio.batch(size))
+    return dataio.pipeline(
+        dataio.slot("id").passthrough(), dataio.slot("name").passthrough(), dataio.batch(size)
+    )
 
 
 def test_frame_as_a_record_source_resumes_and_shards(data) -> None:
@@ -473,7 +518,14 @@ def test_frame_as_a_record_source_resumes_and_shards(data) -> None:
     check_resume(make_loader, 3)
     check_resume(make_loader, 2, epoch=1)
     world = 3
-    ranks = [[i for b in source_plan(3).bind(source).run(shard={"id": r, "of": world, "pad": False}) for i in b["id"]] for r in range(world)]
+    ranks = [
+        [
+            i
+            for b in source_plan(3).bind(source).run(shard={"id": r, "of": world, "pad": False})
+            for i in b["id"]
+        ]
+        for r in range(world)
+    ]
     assert sorted(i for r in ranks for i in r) == expected[: len(expected) // world * world]
     for rank, ids in enumerate(ranks):
         assert ids == expected[rank : len(expected) // world * world : world]
@@ -486,7 +538,9 @@ def test_non_row_local_frames_stream_in_a_stable_order(data) -> None:
     assert sorted(first) == sorted(tuple(r.values()) for r in source.collect())
 
     def make_loader(**options: Any) -> dataio.Loader:
-        plan = dataio.pipeline(dataio.slot("label").passthrough(), dataio.slot("id_sum").passthrough(), dataio.batch(3))
+        plan = dataio.pipeline(
+            dataio.slot("label").passthrough(), dataio.slot("id_sum").passthrough(), dataio.batch(3)
+        )
         return plan.bind(source).run(**options)
 
     check_resume(make_loader, 2)

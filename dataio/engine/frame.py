@@ -69,6 +69,7 @@ _CONFIG = {
     # Column names are case-sensitive in SQL strings, as they are in col("Name").
     "datafusion.sql_parser.enable_ident_normalization": "false",
 }
+_READ_ERRORS = ("parquet error", "arrow error: parser", "ipc", "json", "csv")
 _COMPARISONS = ("==", "!=", "<", "<=", ">", ">=")
 
 
@@ -150,13 +151,12 @@ def translate(exc: BaseException, where: str, path: str | None = None) -> Dataio
     message = _clean(str(exc))
     lowered = message.lower()
     if path is not None and (
-        "no such file" in lowered or "not found" in lowered and "field" not in lowered
+        "no such file" in lowered or ("not found" in lowered and "field" not in lowered)
     ):
         return NotFoundError(f"{where}: the file {path!r} is gone: {message}")
     if path is not None and (
         type(exc).__name__ == "PanicException"
-        or any(k in lowered for k in ("parquet error", "arrow error: parser", "ipc", "json", "csv"))
-        and "cast" not in lowered
+        or (any(k in lowered for k in _READ_ERRORS) and "cast" not in lowered)
     ):
         return FormatError(f"{where}: cannot read {path!r}: {message}")
     if "no field named" in lowered:
@@ -311,7 +311,10 @@ def _aggregate(name: str, value: Any) -> Any:
         return f.count(value, distinct=True)
     if name == "first":
         return f.first_value(value)
-    return {"sum": f.sum, "mean": f.avg, "min": f.min, "max": f.max, "count": f.count}[name](value)
+    functions: dict[str, Callable[[Any], Any]] = {
+        "sum": f.sum, "mean": f.avg, "min": f.min, "max": f.max, "count": f.count,
+    }  # fmt: skip
+    return functions[name](value)
 
 
 def _named(expr: Expr, ctx: Any) -> Any:
@@ -528,7 +531,7 @@ def _join(node: Join, ctx: Any, mode: Mode) -> Any:
         right = right.select(*(_column(n).alias(renames.get(n, n)) for n in right_names))
         joined = left.join(
             right,
-            how=node.how,  # type: ignore[arg-type]
+            how=node.how,
             left_on=list(node.left_on),
             right_on=[renames.get(k, k) for k in node.right_on],
             coalesce_duplicate_keys=False,

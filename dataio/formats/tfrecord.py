@@ -199,6 +199,7 @@ def _fields(data: bytes) -> Iterator[tuple[int, int, Any]]:
     while pos < end:
         key, pos = _varint(data, pos)
         number, wire = key >> 3, key & 7
+        value: int | bytes
         if wire == 0:
             value, pos = _varint(data, pos)
         elif wire == 1:
@@ -225,7 +226,7 @@ def _signed(value: int) -> int:
 
 def _feature(data: bytes) -> Feature:
     kind: int | None = None
-    out: Any = None
+    out: Feature = []
     for number, _, value in _fields(data):
         if number not in (1, 2, 3):
             continue
@@ -233,7 +234,7 @@ def _feature(data: bytes) -> Feature:
         out = _list_values(number, value)
     if kind is None:
         return []  # a Feature with no kind set: an empty BytesList, as TensorFlow reads it
-    return out  # type: ignore[no-any-return]
+    return out
 
 
 def _list_values(kind: int, data: bytes) -> Feature:
