@@ -82,6 +82,17 @@ def resample_linear(x: np.ndarray, from_rate: int, to_rate: int) -> np.ndarray:
     n_out = _out_frames(frames, up, down)
     if frames == 0:
         return np.zeros((0, *x.shape[1:]), np.float32)
+    if n_out >= _MIN_PER_PHASE * up:
+        # Outputs r, r + up, ... share one fraction and step ``down`` inputs: strided
+        # views instead of gathers. The held last sample covers the final right neighbour.
+        held = np.concatenate([x, x[-1:]])
+        out = np.empty((n_out, *x.shape[1:]), np.float32)
+        for r in range(up):
+            start, phase = divmod(r * down, up)
+            stop = start + (len(range(r, n_out, up)) - 1) * down + 1
+            lo, hi = held[start:stop:down], held[start + 1 : stop + 1 : down]
+            out[r::up] = lo + (hi - lo) * np.float32(phase / up) if phase else lo
+        return out
     # Exact integer positions: j * down / up = left + frac / up.
     steps = np.arange(n_out, dtype=np.int64) * down
     left = steps // up
