@@ -51,6 +51,24 @@ def _cuda() -> dict[str, Any]:
     return {"found": count.value > 0, "devices": count.value, "library": info["library"]}
 
 
+def _libfabric() -> dict[str, Any]:
+    """libfabric through dataio.rdma's discovery: the library and the RMA providers it offers."""
+    from dataio.rdma import info
+
+    found = info()
+    if not found["library"]:
+        return {"found": False, "why": str(found["why"]).removeprefix("libfabric not found: ")}
+    entry: dict[str, Any] = {
+        "found": True,
+        "library": found["library"],
+        "version": found["version"],
+        "providers": sorted({p["name"] for p in found["providers"]}),
+    }
+    if not found["available"]:
+        entry["why"] = found["why"]
+    return entry
+
+
 def _decoders() -> dict[str, Any]:
     decoders: dict[str, Any] = {}
     if _version("simplejpeg"):
@@ -83,7 +101,7 @@ def report() -> dict[str, Any]:
         "cuda": _cuda(),
         "nvjpeg": _library(("libnvjpeg.so.12", "libnvjpeg.so.13", "libnvjpeg.so")),
         "gds": _library(("libcufile.so.0", "libcufile.so")),
-        "libfabric": _library(("libfabric.so.1",)),
+        "libfabric": _libfabric(),
     }
 
 
@@ -103,6 +121,9 @@ def format_report(info: dict[str, Any]) -> str:
             detail = entry.get("library", "")
             if "devices" in entry:
                 detail += f", {entry['devices']} device(s)"
+            if "providers" in entry:
+                detail += f"; RMA providers: {', '.join(entry['providers']) or 'none'}"
+                detail += f" ({entry['why']})" if entry.get("why") else ""
             lines.append(f"{name + ':':<14} found ({detail})")
         else:
             lines.append(f"{name + ':':<14} not found: {entry['why']}")
