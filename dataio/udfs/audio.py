@@ -7,8 +7,9 @@ Two resamplers:
   the new Nyquist frequency folds back (aliases) into the output.
 * ``"sinc"`` is a polyphase windowed-sinc resampler (Kaiser window, beta 5, 10 zero
   crossings of the narrower band on each side): the textbook design that
-  ``scipy.signal.resample_poly`` also uses, so content above the new Nyquist is
-  attenuated by about 50 dB instead of aliased.
+  ``scipy.signal.resample_poly`` also uses. Content past a transition band around the
+  new Nyquist is attenuated instead of aliased: measured for 44.1 -> 16 kHz, -1.8 dB at
+  7.5 kHz, -31 dB at 9 kHz and below -53 dB from 9.5 kHz up.
 
 soundfile (libsndfile) is imported on first use; its calls release the GIL.
 """
@@ -48,6 +49,9 @@ _MIN_PER_PHASE = 32
 # Outputs per block in _blocked_dot, at least: measured fastest here for 2 to 6 inputs
 # per output (48 -> 16 kHz is 3).
 _MIN_BLOCK = 12
+# OpenBLAS multiplies on the calling thread when m * n * k is at most this
+# (SMP_THRESHOLD_MIN 65536 times GEMM_MULTITHREAD_THRESHOLD 4, its defaults).
+_BLAS_SINGLE_THREAD = 65536 * 4
 
 
 def _check_rates(from_rate: int, to_rate: int) -> tuple[int, int]:
@@ -145,7 +149,16 @@ def _blocked_dot(
     rows = rows.reshape(padded.shape[0], blocks + 1, length)
     lag = np.arange(2 * length)[:, None] - np.arange(block)[None, :] * step
     band = np.where((lag >= 0) & (lag < taps), kernel[np.clip(lag, 0, taps - 1)], np.float32(0))
-    out = rows[:, :-1] @ band[:length] + rows[:, 1:] @ band[length:]
+    head, tail = band[:length], band[length:]
+    out = np.empty((padded.shape[0], blocks, block), np.float32)
+    # Products small enough that OpenBLAS runs them on the calling thread: its own
+    # threads, started for larger ones, contend with the loader's threads (measured
+    # here: 12x slower on two cores with two loader threads).
+    chunk = max(16, _BLAS_SINGLE_THREAD // (length * block))
+    for i in range(0, blocks, chunk):
+        j = min(i + chunk, blocks)
+        np.matmul(rows[:, i:j], head, out=out[:, i:j])
+        out[:, i:j] += rows[:, i + 1 : j + 1] @ tail
     return out.reshape(padded.shape[0], blocks * block)[:, :count]
 
 
@@ -254,11 +267,15 @@ def _read(data: bytes | bytearray | memoryview) -> tuple[np.ndarray, int]:
 
 
 def _downmix(samples: np.ndarray) -> np.ndarray:
+    # Column adds: numpy's mean over a short last axis is ~20x slower, and a BLAS
+    # matrix-vector product this long starts BLAS threads that fight the loader's.
     channels = samples.shape[1]
-    if channels == 1:
-        return samples[:, 0].copy()
-    # A matrix-vector product: numpy's mean over a short last axis is ~20x slower.
-    return samples @ np.full(channels, 1.0 / channels, np.float32)
+    mono = samples[:, 0].copy()
+    for channel in range(1, channels):
+        mono += samples[:, channel]
+    if channels > 1:
+        mono *= np.float32(1.0 / channels)
+    return mono
 
 
 def decode_audio(
