@@ -88,6 +88,9 @@ def make_hints(shim: Shim, *, provider: str | None, hmem: bool = False) -> Any:
     hints.ep_attr.type = lib.FI_EP_RDM
     hints.domain_attr.mr_mode = supported_mr_mode(shim, hmem=hmem)
     hints.domain_attr.threading = lib.FI_THREAD_SAFE
+    # Both sides drive progress themselves (the server's progress thread, the client's
+    # completion loop); auto progress would add the provider's own thread and its naps.
+    hints.domain_attr.data_progress = lib.FI_PROGRESS_MANUAL
     # Without it tcp;ofi_rxm completes a write once it is sent, before it lands.
     hints.tx_attr.op_flags = lib.FI_DELIVERY_COMPLETE
     if lib.dio_set_provider(hints, provider.encode() if provider else ffi.NULL):

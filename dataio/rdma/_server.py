@@ -186,9 +186,11 @@ class Server:
                 error = f"the server speaks {self.provider!r}, not {wanted!r}"
                 send_frame(conn, {"ok": False, "error": error})
                 return False
+            self._clients.add(conn)  # before the answer, so connect() returning implies it
             send_frame(conn, self._welcome())
             return True
         except (OSError, TransportError):
+            self._clients.discard(conn)
             return False
 
     def _channel(self) -> None:
@@ -213,7 +215,6 @@ class Server:
                         selector.unregister(conn)
                         if self._greet(conn):
                             selector.register(conn, selectors.EVENT_READ, "open")
-                            self._clients.add(conn)
                         else:
                             conn.close()
                     else:  # an open session: EOF, or a protocol violation, ends it
