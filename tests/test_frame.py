@@ -390,69 +390,6 @@ def test_bad_input_is_a_clear_dataio_error(data, tmp_path: Path) -> None:
         scan_parquet("s3://bucket/x.parquet")
 
 
-# -- SQL ----------------------------------------------------------------------------------
-
-
-def test_sql_over_frames_files_and_memory(data) -> None:
-    labels = pa.table(
-        {"label": pa.array(range(7), pa.int32()), "word": [f"w{i}" for i in range(7)]}
-    )
-    polars_labels = pl.from_arrow(labels)
-    batch = labels.to_batches()[0]
-    query = (
-        "SELECT f.id, l.word FROM f JOIN l ON f.label = l.label WHERE f.id % 10 = 0 ORDER BY f.id"
-    )
-    expected = (
-        lazy(data).join(polars_labels.lazy(), on="label").filter(pl.col("id") % 10 == 0)
-        .select("id", "word").sort("id").collect()
-    )  # fmt: skip
-    for left in (frame(data), str(data["root"] / "pq"), data["paths"][:1] and frame(data)):
-        for right in (labels, batch, polars_labels, sql("SELECT * FROM x", x=labels)):
-            same(sql(query, f=left, l=right).collect_arrow(), expected)
-    nested = sql(
-        "SELECT word, count(*) AS n FROM t GROUP BY word", t=sql(query, f=frame(data), l=labels)
-    )
-    assert sorted(r["n"] for r in nested.collect()) == sorted(
-        expected.group_by("word").len()["len"].to_list()
-    )
-    # a SQL frame is a frame: methods chain on it
-    chained = (
-        sql("SELECT id, label FROM t", t=frame(data))
-        .filter(col("label") == 0)
-        .sort("id", descending=True)
-    )
-    assert chained.collect() == sorted(
-        ({"id": r["id"], "label": 0} for r in data["whole"].to_pylist() if r["label"] == 0),
-        key=lambda r: -r["id"],
-    )
-
-
-def test_image_kernels_as_sql_and_column_expressions(tiny_images, tmp_path: Path) -> None:
-    import io
-
-    from PIL import Image
-
-    table = pa.table(
-        {"key": [f"k{i}" for i in range(4)], "image": pa.array(tiny_images[:4], pa.binary())}
-    )
-    path = tmp_path / "images.parquet"
-    pq.write_table(table, path)
-    sizes = [Image.open(io.BytesIO(b)).size for b in tiny_images[:4]]
-    f = scan_parquet(path)
-    got = f.select("key", col("image").image_size().field("width").alias("w")).collect()
-    assert [r["w"] for r in got] == [w for w, _ in sizes]
-    decoded = f.with_columns(pixels=col("image").decode_image("gray")).collect()
-    assert [
-        (r["pixels"]["height"], r["pixels"]["width"], r["pixels"]["channels"]) for r in decoded
-    ] == [(h, w, 1) for w, h in sizes]
-    for typ in (pa.binary(), pa.large_binary(), pa.binary_view()):
-        memory = pa.table({"image": pa.array(tiny_images[:4], typ)})
-        rows = sql("SELECT image_size(image)['height'] AS h FROM t", t=memory).collect()
-        assert [r["h"] for r in rows] == [h for _, h in sizes]
-    wide = f.filter(col("image").image_size().field("width") > 30).select("key").collect()
-    assert [r["key"] for r in wide] == [f"k{i}" for i, (w, _) in enumerate(sizes) if w > 30]
-
-
 # -- Feather and eager readers ------------------------------------------------------------
 
 
