@@ -20,7 +20,8 @@ Columns:
 * ``anon``: anonymous (private, copied) memory added by the call, after touching: what
   the load really costs, since mapped file pages are shared with the page cache.
 
-Files are read warm (in the page cache, as right after a download or a save); writes go
+Files are read warm (re-read into the page cache before each load, as right after a
+download or a save), and all load rounds run before the write rounds; writes go
 to the page cache without fsync, as both libraries' save functions do, each starting
 after an ``os.sync()`` so none pays for an earlier one's writeback. Nothing here
 asserts on timings; the target (load at least as fast as safetensors, no more RSS) is
@@ -259,6 +260,13 @@ def measure(kind: str, name: str, path: Path, args: argparse.Namespace) -> dict[
 # -- the report --------------------------------------------------------------------------
 
 
+def warm(path: Path) -> None:
+    """Read a file through the page cache so the next reader finds it resident."""
+    with open(path, "rb") as f:
+        while f.read(64 << 20):
+            pass
+
+
 def mib(n: float) -> str:
     return f"{n / 2**20:,.0f}"
 
@@ -288,22 +296,24 @@ def main() -> None:
     out_dir.mkdir(exist_ok=True)
     loads: dict[str, list[dict[str, float]]] = {name: [] for name in LOADERS}
     writes: dict[str, list[dict[str, float]]] = {name: [] for name in WRITERS}
-    for path in files.values():  # warm the page cache: every contender reads warm
-        with open(path, "rb") as f:
-            while f.read(64 << 20):
-                pass
+    # Loads first, then writes: writing 2 GiB files between loads would evict or split
+    # the page cache of the files being read and charge that to whoever reads next.
     for r in range(args.rounds):
         order = list(LOADERS)
         shift = r % len(order)
         for name in order[shift:] + order[:shift]:
+            warm(files[LOADERS[name][1]])
             loads[name].append(measure("load", name, files[LOADERS[name][1]], args))
+        summary = ", ".join(f"{n} {v[-1]['touch']:.3f}s" for n, v in loads.items())
+        print(f"  load round {r + 1}/{args.rounds} (open+touch): {summary}", flush=True)
+    for r in range(args.rounds):
         order = list(WRITERS)
         shift = r % len(order)
         for name in order[shift:] + order[:shift]:
             suffix = ".pt" if name == "torch.save" else ".safetensors"
             writes[name].append(measure("write", name, out_dir / f"out{suffix}", args))
-        summary = ", ".join(f"{n} {median([x['touch'] for x in v]):.2f}s" for n, v in loads.items())
-        print(f"  round {r + 1}/{args.rounds} (open+touch): {summary}", flush=True)
+        summary = ", ".join(f"{n} {v[-1]['write']:.2f}s" for n, v in writes.items())
+        print(f"  write round {r + 1}/{args.rounds}: {summary}", flush=True)
     report(loads, writes, args)
 
 
