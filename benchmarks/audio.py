@@ -176,21 +176,35 @@ def torchaudio_available() -> str | None:
     return None
 
 
+# CPU seconds (this process, all threads) of each recorded pass, by contender name.
+CPU_SECONDS: dict[str, list[float]] = {}
+
+
+def timed_cpu(name: str, run: Callable[[], tuple[int, str]]) -> Callable[[], tuple[int, str]]:
+    """Wrap a pass so its process CPU time is recorded: steadier than wall time when
+    other tenants load the machine (warm-up passes are recorded too, then dropped)."""
+
+    def wrapped() -> tuple[int, str]:
+        start = time.process_time()
+        result = run()
+        CPU_SECONDS.setdefault(name, []).append(time.process_time() - start)
+        return result
+
+    return wrapped
+
+
 def build_contenders(
     paths: Sequence[Path], dataio_pool: ThreadPoolExecutor, other_pool: ThreadPoolExecutor
 ) -> list[Contender]:
     """The contenders over ``paths``, the baseline first."""
-    n = len(paths)
-    contenders = [
-        Contender(BASELINE, lambda: run_pool(other_pool, paths, baseline_clip), n),
-        Contender("dataio sinc", lambda: run_dataio(dataio_pool, paths, "sinc"), n),
-        Contender("dataio linear", lambda: run_dataio(dataio_pool, paths, "linear"), n),
-    ]
+    runs: dict[str, Callable[[], tuple[int, str]]] = {
+        BASELINE: lambda: run_pool(other_pool, paths, baseline_clip),
+        "dataio sinc": lambda: run_dataio(dataio_pool, paths, "sinc"),
+        "dataio linear": lambda: run_dataio(dataio_pool, paths, "linear"),
+    }
     if torchaudio_available() is None:
-        contenders.append(
-            Contender("torchaudio", lambda: run_pool(other_pool, paths, torchaudio_clip), n)
-        )
-    return contenders
+        runs["torchaudio"] = lambda: run_pool(other_pool, paths, torchaudio_clip)
+    return [Contender(name, timed_cpu(name, run), len(paths)) for name, run in runs.items()]
 
 
 # -- checks and breakdowns -------------------------------------------------------------
@@ -271,6 +285,10 @@ def stage_table(paths: Sequence[Path], workers: int) -> str:
 def result_table(contenders: Sequence[Contender], audio_seconds: float) -> str:
     """Clips/s, audio seconds per second, the ratio to the baseline, memory and output."""
     base = next(c for c in contenders if c.name == BASELINE)
+
+    def cpu_ms(c: Contender) -> float:  # median CPU ms per clip over the recorded passes
+        return 1000 * median(CPU_SECONDS[c.name][1:]) / c.expected
+
     rows = []
     for c in contenders:
         per_round = [b / a for a, b in zip(c.seconds, base.seconds, strict=True)]
@@ -282,6 +300,8 @@ def result_table(contenders: Sequence[Contender], audio_seconds: float) -> str:
                 f"{audio_seconds / median(c.seconds):,.0f}x",
                 f"{c.rate() / base.rate():.2f}x",
                 f"{median(per_round):.2f}x",
+                f"{cpu_ms(c):.2f}",
+                f"{cpu_ms(base) / cpu_ms(c):.2f}x",
                 mib(max(c.peaks)),
                 c.output,
             ]
@@ -293,6 +313,8 @@ def result_table(contenders: Sequence[Contender], audio_seconds: float) -> str:
         "realtime",
         "vs baseline",
         "per-round",
+        "CPU ms/clip",
+        "CPU vs baseline",
         "peak RSS",
         "output",
     ]
@@ -346,7 +368,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(result_table(contenders, audio_seconds))
     print(
         "realtime: seconds of audio decoded per second; per-round: the median of per-round "
-        "ratios to the baseline (rounds share the same load); peak RSS sampled every 20 ms."
+        "ratios to the baseline (rounds share the same load); CPU ms/clip: this process's CPU "
+        "time per clip, all threads (less sensitive to other tenants than wall time); peak "
+        "RSS sampled every 20 ms."
     )
     print(f"rates: {', '.join(f'{c.name} {compact(c.rate())}/s' for c in contenders)}")
     print("\nwhere the time goes, " + stage_table(paths, workers))
