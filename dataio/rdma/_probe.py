@@ -239,6 +239,8 @@ def diagnose() -> dict[str, Any]:
         return out
     out["shim"] = {"built": True, "path": shim.path, "headers": shim.header_version}
     summary.append(f"shim: built against libfabric {shim.header_version} headers ({shim.path})")
+    if os.environ.get("FI_PROVIDER"):
+        summary.append(f"FI_PROVIDER={os.environ['FI_PROVIDER']} limits what libfabric lists")
     everything = _list_all(shim)
     for kind, hmem in (("plain", False), ("hmem", True)):
         rc, matched = _matches(shim, hmem=hmem)

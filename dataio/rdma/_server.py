@@ -43,6 +43,17 @@ def _fabric_node(host: str) -> str | None:
     return None if host in ("", "0.0.0.0", "::") else host
 
 
+def _listen(host: str, port: int, bind: str) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family)
+    except OSError as exc:
+        raise TransportError(
+            f"cannot listen on bind={bind!r}: {exc.strerror or exc}; pick another port "
+            "(0 picks a free one) or an address of this host"
+        ) from None
+
+
 class Server:
     """A running RMA server; a context manager that closes on exit.
 
@@ -74,15 +85,16 @@ class Server:
         self._shim = shim
         self._endpoint = Endpoint(shim, provider=provider, node=_fabric_node(host))
         self.provider = self._endpoint.provider
+        self._export = shim.ffi.from_buffer(memory, require_writable=False)
         try:
-            self._export = shim.ffi.from_buffer(memory, require_writable=False)
             address = int(shim.ffi.cast("uintptr_t", self._export))
             lib = shim.lib
             access = lib.FI_REMOTE_READ | (lib.FI_REMOTE_WRITE if writable else 0)
             self._region: Region = self._endpoint.register(address, size, access)
-            self._listener = socket.create_server((host, port), reuse_port=False)
+            self._listener = _listen(host, port, bind)
         except BaseException:
             self._endpoint.close()
+            shim.ffi.release(self._export)
             raise
         self._listener.setblocking(False)
         self.local_addr = format_address(*self._listener.getsockname()[:2])

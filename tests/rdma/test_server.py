@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import struct
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -169,3 +172,23 @@ def test_connecting_to_something_else_fails_clearly() -> None:
     finally:
         thread.join()
         listener.close()
+
+
+def test_busy_port_is_refused(server: rdma.Server) -> None:
+    with pytest.raises(TransportError, match="cannot listen on bind="):
+        rdma.serve(bind=server.local_addr, buffer_size=16, provider=server.provider)
+
+
+def test_fi_provider_selects_the_provider() -> None:
+    code = (
+        "import dataio.rdma as rdma\n"
+        "s = rdma.serve(bind='127.0.0.1:0', buffer_size=64)\n"
+        "with s, rdma.connect(s.local_addr) as c:\n"
+        "    rdma.write(c, offset=0, data=b'abc')\n"
+        "    print(s.provider, c.provider, rdma.read(c, offset=0, size=3).decode())\n"
+    )
+    env = {**os.environ, "FI_PROVIDER": "sockets"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    assert done.stdout.split() == ["sockets", "sockets", "abc"]
