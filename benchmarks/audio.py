@@ -47,6 +47,7 @@ from _common import (
 )
 from scipy.signal import resample_poly
 
+import dataio
 from dataio.engine.pool import cpu_workers
 from dataio.udfs.audio import _downmix, decode_audio, resample_linear, resample_sinc
 
@@ -158,13 +159,21 @@ def run_pool(
 
 
 def run_dataio(pool: ThreadPoolExecutor, paths: Sequence[Path], resampling: str) -> tuple[int, str]:
-    """One pass of dataio over ``paths``; returns (clips, output description).
-
-    For now the kernel runs on a thread pool like the baseline's; once the audio slot
-    decoder exists this becomes ``dataio.pipeline(slot("audio").decode_audio(...),
-    batch(...))`` over ``[{"audio": str(p)} for p in paths]`` (``pool`` then unused).
-    """
-    return run_pool(pool, paths, lambda p: dataio_clip(p, resampling))
+    """One pass of a dataio pipeline over ``paths`` (its own shared pool, same size);
+    returns (clips, output description). ``pool`` is the baseline's, unused here."""
+    pipe = dataio.pipeline(
+        dataio.slot("audio").decode_audio(
+            sample_rate=TARGET_RATE, mono=True, resampling=resampling
+        ),
+        dataio.batch(16, prefetch=4),
+        dataio.batch_transforms.padding("audio"),  # clips differ in length
+    )
+    outputs: list[np.ndarray] = []
+    with pipe.bind([{"audio": str(p)} for p in paths]).run("numpy") as loader:
+        for batch in loader:
+            lengths = batch["audio_mask"].sum(axis=1)
+            outputs.extend(row[:n] for row, n in zip(batch["audio"], lengths, strict=True))
+    return len(outputs), describe(outputs)
 
 
 def torchaudio_available() -> str | None:
