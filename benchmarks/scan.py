@@ -93,9 +93,7 @@ def dataset_dir(rows_per_file: int) -> Path:
 class Query:
     """One query in the three APIs."""
 
-    def __init__(
-        self, name: str, columns: list[str], ours: Any, arrow: Any, polars: Any
-    ) -> None:
+    def __init__(self, name: str, columns: list[str], ours: Any, arrow: Any, polars: Any) -> None:
         self.name = name
         self.columns = columns
         self.ours = ours
@@ -163,10 +161,9 @@ def run_query(files: list[str], query: Query, rounds: int) -> list[list[str]]:
     contenders = [Contender(name, timed(fn), rows) for name, fn in funcs.items()]
     print(f"\n== {query.name}: columns {query.columns} ==")
     interleave(contenders, rounds, unit="rows")
-    best_other = min(
-        (c for c in contenders if c.name != "dataio"), key=lambda c: min(c.seconds)
-    )
-    fastest = min(np.median(c.seconds) for c in contenders if c.name != "dataio")
+    others = [c for c in contenders if c.name != "dataio"]
+    best_other = min(others, key=lambda c: float(np.median(c.seconds)))
+    fastest = float(np.median(best_other.seconds))
     table = []
     for c in contenders:
         ratio = float(np.median(c.seconds)) / fastest

@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections import deque
+import weakref
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Literal
 
@@ -80,11 +79,19 @@ def workers() -> int:
     return max(1, cpu_workers())
 
 
-def session(partitions: int) -> Any:
-    """A DataFusion context with dataio's settings and kernels."""
+def session(partitions: int, *, ordered: bool = False) -> Any:
+    """A DataFusion context with dataio's settings and kernels.
+
+    ``ordered``: no file is split across partitions and no round-robin repartitioning,
+    so each partition of a plan keeps its input's rows in order.
+    """
     from datafusion import SessionConfig, SessionContext
 
     config = SessionConfig().with_target_partitions(partitions)
+    if ordered:
+        config = config.with_repartition_file_scans(False).set(
+            "datafusion.optimizer.enable_round_robin_repartition", "false"
+        )
     for key, value in _CONFIG.items():
         config = config.set(key, value)
     return register_kernels(SessionContext(config))
@@ -269,7 +276,9 @@ def compile_expr(expr: Expr, ctx: Any) -> Any:
     if op == "col":
         return _column(args[0])
     if op == "lit":
-        return lit(args[0])
+        import pyarrow as pa
+
+        return lit(pa.scalar(args[0]))  # plain string, not string_view; no import probing
     if op == "binary":
         left, right = compile_expr(args[1], ctx), compile_expr(args[2], ctx)
         ops: dict[str, Callable[[Any, Any], Any]] = {
@@ -571,13 +580,21 @@ def _sql(node: Sql, ctx: Any, mode: Mode) -> Any:
                 ctx.deregister_table(name)
 
 
+_SCHEMAS: weakref.WeakKeyDictionary[Node, Any] = weakref.WeakKeyDictionary()
+
+
 def plan_schema(node: Node) -> Any:
     """The output schema of a plan, planned over empty inputs (reads no file)."""
+    known = _SCHEMAS.get(node)
+    if known is not None:
+        return known
     ctx = session(1)
     df = compile_plan(node, ctx, "schema")
     with guard(node.label()):
         df.optimized_logical_plan()  # constant folding reports literal casts that fail
-        return plain_schema(df.schema())
+        schema = plain_schema(df.schema())
+    _SCHEMAS[node] = schema
+    return schema
 
 
 # -- execution ------------------------------------------------------------------------------
@@ -630,46 +647,53 @@ def _limit(batches: Iterator[Any], step: Limit) -> Iterator[Any]:
 def _chain_batches(
     source: Scan | Memory, steps: list[Node], *, parallel: bool, hint: int | None, schema: Any
 ) -> Iterator[Any]:
-    """The chain's batches in file order: per-file DataFusion plans, one partition each."""
-    ctx = session(1)
-    units = _units(source)
+    """The chain's batches in file order.
 
-    def frame(unit: str | None) -> Any:
-        base = _compile_source(source, ctx, "collect") if unit is None else None
-        if unit is not None and isinstance(source, Scan):
+    Each file gets its own one-partition plan. In parallel they are the inputs of one
+    ``UNION ALL`` whose partition ``i`` is file ``i`` (file scans are not split, so
+    DataFusion cannot move row groups between partitions), collected at once; otherwise
+    the files stream one after another.
+    """
+    units = _units(source)
+    where = _where(source, steps)
+
+    def frame(ctx: Any, unit: str | None) -> Any:
+        if unit is None or not isinstance(source, Scan):
+            base = _compile_source(source, ctx, "collect")
+        else:
             base = _read_file(ctx, source, unit)
         df = _compile_steps(base, steps, ctx, "collect")
         return df.limit(hint) if hint is not None else df
 
-    def collect(unit: str | None) -> list[Any]:
-        with guard(_where(source, steps), unit):
-            return [_plain(b, schema) for b in frame(unit).collect()]
-
-    if not parallel or len(units) == 1:
+    def sequential() -> Iterator[Any]:
+        ctx = session(1)
         for unit in units:
-            with guard(_where(source, steps), unit):
-                stream = frame(unit).execute_stream()
+            with guard(where, unit):
+                stream = frame(ctx, unit).execute_stream()
                 for batch in stream:
                     yield _plain(batch.to_pyarrow(), schema)
+
+    if not parallel or len(units) == 1:
+        yield from sequential()
         return
-    pool = ThreadPoolExecutor(max_workers=min(workers(), len(units)), thread_name_prefix="frame")
-    pending: deque[Future[list[Any]]] = deque()
-    queue = iter(units)
+    ctx = session(workers(), ordered=True)
+    frames = [frame(ctx, unit) for unit in units]
+    union = frames[0]
+    for other in frames[1:]:
+        union = union.union(other)
     try:
-        for unit in queue:
-            pending.append(pool.submit(collect, unit))
-            if len(pending) >= workers() + 1:
-                break
-        while pending:
-            batches = pending.popleft().result()
-            for unit in queue:
-                pending.append(pool.submit(collect, unit))
-                break
-            yield from batches
-    finally:
-        for future in pending:
-            future.cancel()
-        pool.shutdown(wait=True, cancel_futures=True)
+        parts = union.collect_partitioned()
+    except BaseException as exc:
+        if not _is_engine_error(exc):
+            raise
+        yield from sequential()  # names the file that fails
+        raise translate(exc, where) from exc  # pragma: no cover - sequential raised
+    if len(parts) != len(units):  # pragma: no cover - a plan that split a file
+        yield from sequential()
+        return
+    for part in parts:
+        for batch in part:
+            yield _plain(batch, schema)
 
 
 def _where(source: Scan | Memory, steps: list[Node]) -> str:
