@@ -22,12 +22,24 @@ from typing import TYPE_CHECKING, Any
 from dataio import batch_transforms, cond, decoders, testing, transforms
 from dataio.batch import Batch
 from dataio.custom import custom_op
+from dataio.formats.hdf5 import Hdf5File, open_hdf5, read_hdf5, scan_hdf5
+from dataio.formats.numpy import read_npz, read_numpy, scan_npz, scan_numpy
+from dataio.formats.safetensors import (
+    SafetensorsFile,
+    gds_available,
+    gds_info,
+    open_safetensors,
+    read_safetensors,
+    write_safetensors,
+)
 from dataio.exceptions import (
     BatchFailedError,
     CheckpointError,
     DataioError,
     DecodeError,
+    DeviceError,
     FieldError,
+    FormatError,
     NotFoundError,
     PlanError,
     ShapeMismatchError,
@@ -73,12 +85,16 @@ __all__ = [
     "CheckpointError",
     "DataioError",
     "DecodeError",
+    "DeviceError",
     "FieldError",
+    "FormatError",
+    "Hdf5File",
     "IndexedSource",
     "Loader",
     "NotFoundError",
     "Pipeline",
     "PlanError",
+    "SafetensorsFile",
     "ShapeMismatchError",
     "Slot",
     "Source",
@@ -97,18 +113,30 @@ __all__ = [
     "from_iterable",
     "from_iterator",
     "from_sampler",
+    "gds_available",
+    "gds_info",
     "group_by",
     "manifest",
     "map",
+    "open_hdf5",
+    "open_safetensors",
     "pipeline",
+    "read_hdf5",
     "read_image",
+    "read_npz",
+    "read_numpy",
+    "read_safetensors",
     "records",
+    "scan_hdf5",
+    "scan_npz",
+    "scan_numpy",
     "slot",
     "sql_context",
     "testing",
     "transforms",
     "urls",
     "webdataset",
+    "write_safetensors",
 ]
 
 
