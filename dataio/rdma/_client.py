@@ -159,6 +159,11 @@ class Client:
     def __enter__(self) -> Client:
         return self
 
+    def __del__(self) -> None:
+        # A forgotten client still frees its endpoint; nothing else would (a WeakSet).
+        if not getattr(self, "_closed", True) and hasattr(self, "_endpoint"):
+            self.close()
+
     def __exit__(
         self,
         exc_type: type[BaseException] | None,
@@ -203,7 +208,7 @@ class Client:
                 f"served at {self.addr}; valid ranges lie within 0..{self.size}"
             )
 
-    def transfer(self, *, write: bool, local: Local, offset: int, length: int) -> int:
+    def _transfer(self, *, write: bool, local: Local, offset: int, length: int) -> int:
         """Move ``length`` bytes between ``local`` and the server at ``offset``."""
         self._check_usable()
         self._check_range(offset, length)
@@ -345,7 +350,7 @@ def write(handle: Client, *, offset: int = 0, data: Any) -> int:
     client = _client(handle)
     local = local_buffer(client._shim.ffi, data, writable=False, what="write(data=...)")
     try:
-        return client.transfer(write=True, local=local, offset=offset, length=local.nbytes)
+        return client._transfer(write=True, local=local, offset=offset, length=local.nbytes)
     finally:
         local.release()
 
@@ -379,7 +384,7 @@ def read_into(handle: Client, buffer: Any, *, offset: int = 0, size: int | None 
                 f"size={size!r} does not fit the {local.nbytes}-byte buffer; "
                 f"pass 0 <= size <= {local.nbytes}"
             )
-        return client.transfer(write=False, local=local, offset=offset, length=length)
+        return client._transfer(write=False, local=local, offset=offset, length=length)
     finally:
         local.release()
 

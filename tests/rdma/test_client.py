@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import mmap
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -288,8 +290,6 @@ def test_threads_share_one_client(client: rdma.Client, server: rdma.Server) -> N
 
 
 def test_server_counts_sessions(server: rdma.Server) -> None:
-    import time
-
     clients = [rdma.connect(server.local_addr) for _ in range(3)]
     assert server.clients == 3  # counted before the handshake answer went out
     for client in clients:
@@ -354,3 +354,12 @@ def test_cuda_needs_a_gpu(server: rdma.Server) -> None:
     with pytest.raises(DeviceError, match="CUDA") as caught:
         rdma.connect(server.local_addr, cuda=True)
     assert isinstance(caught.value, RuntimeError)
+
+
+def test_a_forgotten_client_is_freed(server: rdma.Server) -> None:
+    rdma.connect(server.local_addr)  # never closed, never kept
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while server.clients and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert server.clients == 0
