@@ -4,10 +4,11 @@ The extension is compiled with cffi against the libfabric headers (``libfabric-d
 in a child process, so compiler output and setuptools warnings stay out of the caller,
 then moved atomically into ``$DATAIO_CACHE_DIR/rdma`` (default
 ``$XDG_CACHE_HOME/dataio/rdma``, else ``~/.cache/dataio/rdma``). Its name carries a
-digest of the shim source, the header version, cffi's version and the interpreter
-tag, so a change to any of them builds a fresh copy and stale ones are ignored. A file
+digest of the shim source, cffi's version and the interpreter tag, then the header
+version, so a change to any of them builds a fresh copy and stale ones are ignored. A file
 lock keeps concurrent first uses from building twice. ``python -m dataio.rdma --build``
-builds ahead of time (for example in an image).
+builds ahead of time (for example in an image); a host without the headers then uses
+the newest shim already in the cache.
 """
 
 from __future__ import annotations
@@ -53,7 +54,11 @@ class ShimUnavailable(Exception):
 
 @dataclass(frozen=True)
 class Shim:
-    """The loaded extension: its ``ffi`` and ``lib`` plus where it came from."""
+    """The loaded extension: its ``ffi`` and ``lib`` plus where it came from.
+
+    ``headers`` is the include directory it was built against, or ``""`` when it came
+    from the cache on a host without the headers.
+    """
 
     ffi: Any
     lib: Any
@@ -116,15 +121,28 @@ def find_headers(library: Library) -> tuple[str, str]:
     )
 
 
-def _module_name(header_version: str) -> str:
+def _module_prefix() -> str:
     import cffi
 
     digest = hashlib.sha256(
-        "\0".join(
-            (CDEF, SOURCE, header_version, cffi.__version__, sys.implementation.cache_tag)
-        ).encode()
+        "\0".join((CDEF, SOURCE, cffi.__version__, sys.implementation.cache_tag)).encode()
     ).hexdigest()[:16]
-    return f"_dataio_fabric_{digest}"
+    return f"_dataio_fabric_{digest}_fi"
+
+
+def _module_name(header_version: str) -> str:
+    return _module_prefix() + header_version.replace(".", "_")
+
+
+def _cached_without_headers() -> tuple[str, Path, str] | None:
+    """The newest shim already built for this source, whatever headers it used."""
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    prefix = _module_prefix()
+    built = sorted(cache_dir().glob(f"{prefix}*{suffix}"), key=lambda p: p.stat().st_mtime)
+    if not built:
+        return None
+    name = built[-1].name.removesuffix(suffix)
+    return name, built[-1], name.removeprefix(prefix).replace("_", ".")
 
 
 def _compile(name: str, headers: str, library: Library, target: Path) -> None:
@@ -173,12 +191,21 @@ def load(library: Library) -> Shim:
     """
     if importlib.util.find_spec("cffi") is None:
         raise ShimUnavailable("cffi is not installed (pip install cffi); it builds the shim")
-    headers, header_version = find_headers(library)
-    name = _module_name(header_version)
+    try:
+        headers, header_version = find_headers(library)
+    except ShimUnavailable:
+        # A shim built earlier (say by ``python -m dataio.rdma --build`` in an image that
+        # had libfabric-dev) still works on a host that only has libfabric1.
+        cached = _cached_without_headers()
+        if cached is None:
+            raise
+        name, target, header_version = cached
+        headers = ""
+    else:
+        name = _module_name(header_version)
+        target = cache_dir() / f"{name}{importlib.machinery.EXTENSION_SUFFIXES[0]}"
     if name in _loaded:
         return _loaded[name]
-    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-    target = cache_dir() / f"{name}{suffix}"
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         with open(target.parent / ".lock", "w") as lock:

@@ -137,3 +137,25 @@ def test_module_entry_point() -> None:
     )
     lines = done.stdout.splitlines()
     assert lines[0].startswith("shim: ") and any(line.startswith("verdict:") for line in lines)
+
+
+def test_a_built_shim_serves_a_host_without_headers(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """libfabric1 without libfabric-dev: the shim built earlier (say in an image) is used."""
+    from dataio.rdma import _build
+    from dataio.rdma._discovery import find_library
+
+    built = _build.load(find_library()).path
+
+    def no_headers(library: object) -> tuple[str, str]:
+        raise _build.ShimUnavailable("the libfabric headers (rdma/fabric.h) are missing")
+
+    monkeypatch.setattr(_build, "find_headers", no_headers)
+    assert _build.load(find_library()).path == built
+    monkeypatch.setenv("DATAIO_CACHE_DIR", str(tmp_path))  # an empty cache: nothing to reuse
+    with pytest.raises(_build.ShimUnavailable, match="headers"):
+        _build.load(find_library())
+    assert rdma.available() is False
+    assert "headers" in rdma.info()["why"]
+    assert any("shim: unavailable" in line for line in rdma.diagnose()["summary"])
