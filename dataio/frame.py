@@ -17,10 +17,10 @@ from __future__ import annotations
 import glob as globlib
 import html
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from dataio.exceptions import DataioError, NotFoundError, PlanError, QueryError
+from dataio.exceptions import DataioError, NotFoundError, PlanError
 from dataio.expr import AGGREGATES, Expr, col
 from dataio.frame_plan import (
     Aggregate,
@@ -655,15 +655,3 @@ def _resolve(items: Sequence[str], fmt: str) -> list[str]:
         else:
             raise NotFoundError(f"scan_{fmt}: no such file or directory {item!r}")
     return files
-
-
-def frame_of(value: Any) -> LazyFrame:
-    """A frame from a frame or a mapping of columns (for tests and examples)."""
-    if isinstance(value, LazyFrame):
-        return value
-    if isinstance(value, Mapping):
-        import pyarrow as pa
-
-        table = pa.table(dict(value))
-        return LazyFrame(Memory(table, "columns"), table.schema)
-    raise QueryError(f"cannot make a frame from {type(value).__name__}")

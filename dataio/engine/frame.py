@@ -649,10 +649,10 @@ def _chain_batches(
 ) -> Iterator[Any]:
     """The chain's batches in file order.
 
-    Each file gets its own one-partition plan. In parallel they are the inputs of one
-    ``UNION ALL`` whose partition ``i`` is file ``i`` (file scans are not split, so
-    DataFusion cannot move row groups between partitions), collected at once; otherwise
-    the files stream one after another.
+    Each file gets its own one-partition plan. In parallel, groups of files are the
+    inputs of a ``UNION ALL`` whose partition ``i`` is the group's file ``i`` (file scans
+    are not split, so DataFusion cannot move row groups between partitions), collected
+    group after group; otherwise the files stream one after another.
     """
     units = _units(source)
     where = _where(source, steps)
@@ -677,23 +677,27 @@ def _chain_batches(
         yield from sequential()
         return
     ctx = session(workers(), ordered=True)
-    frames = [frame(ctx, unit) for unit in units]
-    union = frames[0]
-    for other in frames[1:]:
-        union = union.union(other)
-    try:
-        parts = union.collect_partitioned()
-    except BaseException as exc:
-        if not _is_engine_error(exc):
-            raise
-        yield from sequential()  # names the file that fails
-        raise translate(exc, where) from exc  # pragma: no cover - sequential raised
-    if len(parts) != len(units):  # pragma: no cover - a plan that split a file
-        yield from sequential()
-        return
-    for part in parts:
-        for batch in part:
-            yield _plain(batch, schema)
+    group = 2 * workers()  # files in flight: enough to keep the cores busy, memory bounded
+    for first in range(0, len(units), group):
+        chunk = units[first : first + group]
+        frames = [frame(ctx, unit) for unit in chunk]
+        union = frames[0]
+        for other in frames[1:]:
+            union = union.union(other)
+        try:
+            parts = union.collect_partitioned()
+        except BaseException as exc:
+            if not _is_engine_error(exc):
+                raise
+            for unit in chunk:  # names the file that fails
+                with guard(where, unit):
+                    frame(session(1), unit).collect()
+            raise translate(exc, where) from exc
+        if len(parts) != len(chunk):  # pragma: no cover - a plan that split a file
+            parts = [frame(session(1), unit).collect() for unit in chunk]
+        for part in parts:
+            for batch in part:
+                yield _plain(batch, schema)
 
 
 def _where(source: Scan | Memory, steps: list[Node]) -> str:
@@ -704,6 +708,8 @@ def run(node: Node, *, parallel: bool) -> Iterator[Any]:
     """The plan's batches (pyarrow, no view types), in order where the plan has one."""
     schema = plan_schema(node)
     core, tail = _tail(node)
+    while tail and isinstance(tail[0], Limit) and row_chain(core) is None:
+        core, tail = tail[0], tail[1:]  # DataFusion limits a sort (top-k) or a join itself
     chain = row_chain(core)
     if chain is not None and not any(isinstance(s, PyFilter) for s in chain[1]):
         source, steps = chain
