@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "AuthenticationError",
     "BatchFailedError",
     "CheckpointError",
     "DataioError",
@@ -14,11 +15,13 @@ __all__ = [
     "FormatError",
     "NotFoundError",
     "OutOfRangeError",
+    "PermissionDeniedError",
     "PlanError",
     "QueryError",
     "ShapeMismatchError",
     "TransformError",
     "TransportError",
+    "TransportTimeoutError",
 ]
 
 
@@ -85,6 +88,14 @@ class NotFoundError(DataioError, FileNotFoundError):
     """A path or object does not exist."""
 
 
+class PermissionDeniedError(DataioError, PermissionError):
+    """The credentials in use are valid but may not perform this operation on this object."""
+
+
+class AuthenticationError(DataioError, PermissionError):
+    """The server rejected the credentials (unknown key, bad signature, expired token)."""
+
+
 class FieldError(DataioError, KeyError):
     """A record lacks a field a slot reads, or a field holds a value of the wrong kind."""
 
@@ -114,3 +125,7 @@ class TransportError(DataioError, ConnectionError):
 
 class OutOfRangeError(DataioError, IndexError):
     """An offset or size falls outside the region a server exposes."""
+
+
+class TransportTimeoutError(DataioError, TimeoutError):
+    """A request to a storage server did not finish within the configured timeout."""

@@ -1,5 +1,26 @@
-"""The URI surface. For now local paths; the object-store layer replaces :func:`read_bytes`."""
+"""One URI surface over obstore: local paths and ``file://``, ``s3://``, ``r2://``,
+``http(s)://``. Pipelines read through :func:`read_bytes`; scripts use the verbs."""
 
+from dataio.io.config import configure_credentials, configure_endpoint, configure_transport
+from dataio.io.handles import Reader, Writer, reader, writer
 from dataio.io.read import read_bytes
+from dataio.io.verbs import delete, exists, fetch_into, glob, head, ls, read, write
 
-__all__ = ["read_bytes"]
+__all__ = [
+    "Reader",
+    "Writer",
+    "configure_credentials",
+    "configure_endpoint",
+    "configure_transport",
+    "delete",
+    "exists",
+    "fetch_into",
+    "glob",
+    "head",
+    "ls",
+    "read",
+    "read_bytes",
+    "reader",
+    "write",
+    "writer",
+]

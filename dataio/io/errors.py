@@ -1,0 +1,102 @@
+"""Turn obstore and OS errors into dataio errors whose messages carry no credentials."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import TypeVar
+
+from dataio.exceptions import (
+    AuthenticationError,
+    DataioError,
+    NotFoundError,
+    OutOfRangeError,
+    PermissionDeniedError,
+    TransportError,
+    TransportTimeoutError,
+)
+from dataio.io.config import redact
+
+__all__ = ["call", "translate"]
+
+T = TypeVar("T")
+
+_AUTH_CODES = re.compile(
+    r"InvalidAccessKeyId|SignatureDoesNotMatch|ExpiredToken|InvalidToken|"
+    r"AuthFailure|InvalidClientTokenId|401 Unauthorized"
+)
+_TIMEOUT = re.compile(r"timed out|TimedOut|deadline has elapsed", re.IGNORECASE)
+_CONNECTION = re.compile(
+    r"connection|connect|error sending request|broken pipe|reset by peer|"
+    r"unexpected end|IncompleteMessage|body",
+    re.IGNORECASE,
+)
+
+
+def call(fn: Callable[[], T], uri: object, verb: str) -> T:
+    """Run ``fn`` and raise a translated error for ``uri`` if it fails.
+
+    The new error is raised outside the ``except`` block so the original exception,
+    whose text may quote request details, is not chained to it.
+    """
+    try:
+        return fn()
+    except DataioError:
+        raise
+    except Exception as exc:  # obstore raises several unrelated types
+        error = translate(exc, uri, verb)
+    raise error
+
+
+def translate(exc: BaseException, uri: object, verb: str) -> DataioError:
+    """The dataio error for ``exc`` raised while doing ``verb`` on ``uri``."""
+    from obstore import exceptions as obx
+
+    detail = _summary(exc)
+    target = redact(str(uri))
+    if isinstance(exc, obx.NotFoundError | FileNotFoundError):
+        return NotFoundError(f"no object at {target!r}; check the path, bucket and key")
+    if isinstance(exc, obx.UnauthenticatedError) or _AUTH_CODES.search(detail):
+        return AuthenticationError(
+            f"{verb} {target!r}: the server rejected the credentials ({_first_code(detail)}); "
+            "check dataio.configure_credentials or the AWS_* environment"
+        )
+    if isinstance(exc, obx.PermissionDeniedError | PermissionError) or "403 Forbidden" in detail:
+        return PermissionDeniedError(
+            f"{verb} {target!r}: permission denied; the credentials in use may not do this"
+        )
+    if "416" in detail or "Range Not Satisfiable" in detail or "InvalidRange" in detail:
+        return OutOfRangeError(f"{verb} {target!r}: the byte range lies past the end of the object")
+    if isinstance(exc, TimeoutError) or _TIMEOUT.search(detail):
+        return TransportTimeoutError(
+            f"{verb} {target!r} timed out ({detail}); raise the limit with "
+            "dataio.configure_transport(scheme, timeout_secs=...)"
+        )
+    if isinstance(exc, ConnectionError) or _CONNECTION.search(detail):
+        return TransportError(f"{verb} {target!r} failed: the server went away ({detail})")
+    if isinstance(exc, IsADirectoryError):
+        return DataioError(f"{verb} {target!r}: it is a directory, not a file")
+    return DataioError(f"{verb} {target!r} failed: {detail}")
+
+
+_SIGNED_PARTS = re.compile(
+    r"<(AWSAccessKeyId|SignatureProvided|StringToSign|StringToSignBytes|CanonicalRequest|"
+    r"CanonicalRequestBytes|HostId|RequestId)>.*?</\1>",
+    re.DOTALL,
+)
+
+
+def _summary(exc: BaseException) -> str:
+    text = str(exc).split("\n\nDebug source:", 1)[0].strip()
+    # S3 error bodies quote the access key and the signed request: never show them
+    text = _SIGNED_PARTS.sub(r"<\1>***</\1>", text)
+    text = re.sub(r"Credential=[^,\s]+", "Credential=***", text)
+    text = " ".join(text.split())
+    if len(text) > 300:
+        text = text[:300] + "..."
+    return redact(text) or type(exc).__name__
+
+
+def _first_code(detail: str) -> str:
+    found = _AUTH_CODES.search(detail)
+    return found.group(0) if found else "unauthenticated"
