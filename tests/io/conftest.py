@@ -1,0 +1,71 @@
+"""Real object servers on 127.0.0.1 for the IO tests, and a ``base`` URI per scheme."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers.object_servers import MotoServer, RangeServer
+
+import dataio.io as dio
+from dataio.io import config
+
+ACCESS_KEY = "AKIADATAIOTESTKEY01"
+SECRET_KEY = "dataio-test-secret-never-shown"
+
+
+@pytest.fixture(autouse=True)
+def fresh_config() -> Iterator[None]:
+    """Each test starts and ends with no configuration and no cached stores."""
+    config.reset()
+    yield
+    config.reset()
+
+
+@pytest.fixture(scope="session")
+def moto() -> Iterator[MotoServer]:
+    server = MotoServer()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def _bucket(moto: MotoServer) -> str:
+    moto.create_bucket("dataio-tests")
+    return "dataio-tests"
+
+
+@pytest.fixture
+def s3(moto: MotoServer, _bucket: str, request: pytest.FixtureRequest) -> str:
+    """An ``s3://`` base URI, unique to this test, with endpoint and keys configured."""
+    dio.configure_endpoint("s3", moto.url, region="us-east-1")
+    dio.configure_credentials("s3", access_key_id=ACCESS_KEY, secret_access_key=SECRET_KEY)
+    return f"s3://{_bucket}/{request.node.name.replace('[', '-').replace(']', '')}"
+
+
+@pytest.fixture
+def http_server() -> Iterator[RangeServer]:
+    server = RangeServer()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+@pytest.fixture
+def http(http_server: RangeServer) -> str:
+    return http_server.url + "/objects"
+
+
+@pytest.fixture(params=["local-path", "file-uri", "s3", "http"])
+def base(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A writable base URI on each backend."""
+    kind = request.param
+    if kind == "local-path":
+        return str(tmp_path)
+    if kind == "file-uri":
+        return tmp_path.as_uri()
+    return str(request.getfixturevalue(kind))
