@@ -40,10 +40,12 @@ from dataio.exceptions import (
     DeviceError,
     FieldError,
     FormatError,
+    OutOfRangeError,
     NotFoundError,
     PlanError,
     ShapeMismatchError,
     TransformError,
+    TransportError,
 )
 from dataio.pipeline import (
     BoundPipeline,
@@ -92,6 +94,7 @@ __all__ = [
     "IndexedSource",
     "Loader",
     "NotFoundError",
+    "OutOfRangeError",
     "Pipeline",
     "PlanError",
     "SafetensorsFile",
@@ -99,6 +102,7 @@ __all__ = [
     "Slot",
     "Source",
     "TransformError",
+    "TransportError",
     "__version__",
     "archive",
     "batch",
