@@ -22,6 +22,21 @@ from typing import TYPE_CHECKING, Any
 from dataio import batch_transforms, cond, decoders, testing, transforms
 from dataio.batch import Batch
 from dataio.custom import custom_op
+from dataio.exceptions import (
+    BatchFailedError,
+    CheckpointError,
+    DataioError,
+    DecodeError,
+    DeviceError,
+    FieldError,
+    FormatError,
+    NotFoundError,
+    OutOfRangeError,
+    PlanError,
+    ShapeMismatchError,
+    TransformError,
+    TransportError,
+)
 from dataio.formats.hdf5 import Hdf5File, open_hdf5, read_hdf5, scan_hdf5
 from dataio.formats.numpy import read_npz, read_numpy, scan_npz, scan_numpy
 from dataio.formats.safetensors import (
@@ -31,21 +46,6 @@ from dataio.formats.safetensors import (
     open_safetensors,
     read_safetensors,
     write_safetensors,
-)
-from dataio.exceptions import (
-    BatchFailedError,
-    CheckpointError,
-    DataioError,
-    DecodeError,
-    DeviceError,
-    FieldError,
-    FormatError,
-    OutOfRangeError,
-    NotFoundError,
-    PlanError,
-    ShapeMismatchError,
-    TransformError,
-    TransportError,
 )
 from dataio.pipeline import (
     BoundPipeline,
