@@ -25,7 +25,7 @@ _AUTH_CODES = re.compile(
     r"InvalidAccessKeyId|SignatureDoesNotMatch|ExpiredToken|InvalidToken|"
     r"AuthFailure|InvalidClientTokenId|401 Unauthorized"
 )
-_TIMEOUT = re.compile(r"timed out|TimedOut|deadline has elapsed", re.IGNORECASE)
+_TIMEOUT = re.compile(r"timed out|TimedOut|kind: Timeout|deadline has elapsed", re.IGNORECASE)
 _CONNECTION = re.compile(
     r"connection|connect|error sending request|broken pipe|reset by peer|"
     r"unexpected end|IncompleteMessage|body",
@@ -53,6 +53,7 @@ def translate(exc: BaseException, uri: object, verb: str) -> DataioError:
     from obstore import exceptions as obx
 
     detail = _summary(exc)
+    full = str(exc)  # obstore's debug part names the failure kind (Timeout, Connect, ...)
     target = redact(str(uri))
     if isinstance(exc, obx.NotFoundError | FileNotFoundError):
         return NotFoundError(f"no object at {target!r}; check the path, bucket and key")
@@ -67,12 +68,12 @@ def translate(exc: BaseException, uri: object, verb: str) -> DataioError:
         )
     if "416" in detail or "Range Not Satisfiable" in detail or "InvalidRange" in detail:
         return OutOfRangeError(f"{verb} {target!r}: the byte range lies past the end of the object")
-    if isinstance(exc, TimeoutError) or _TIMEOUT.search(detail):
+    if isinstance(exc, TimeoutError) or _TIMEOUT.search(full):
         return TransportTimeoutError(
             f"{verb} {target!r} timed out ({detail}); raise the limit with "
             "dataio.configure_transport(scheme, timeout_secs=...)"
         )
-    if isinstance(exc, ConnectionError) or _CONNECTION.search(detail):
+    if isinstance(exc, ConnectionError) or _CONNECTION.search(full):
         return TransportError(f"{verb} {target!r} failed: the server went away ({detail})")
     if isinstance(exc, IsADirectoryError):
         return DataioError(f"{verb} {target!r}: it is a directory, not a file")
