@@ -60,6 +60,8 @@ def test_writer_uploads_in_parts_and_shows_nothing_on_failure(
         raise RuntimeError("generator broke")
     assert not dio.exists(uri)
     assert dio.ls(f"{base}/") == []
+    if kind == "local-path":
+        assert list(tmp_path.iterdir()) == []  # no staging file left behind
     with dio.writer(uri, part_size_mib=5) as w:
         assert w.write_chunks(part for _ in range(4)) == 4 * len(part)
         w.write(b"tail")
