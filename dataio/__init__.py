@@ -23,6 +23,7 @@ from dataio import batch_transforms, cond, decoders, testing, transforms
 from dataio.batch import Batch
 from dataio.custom import custom_op
 from dataio.exceptions import (
+    AuthenticationError,
     BatchFailedError,
     CheckpointError,
     DataioError,
@@ -32,10 +33,12 @@ from dataio.exceptions import (
     FormatError,
     NotFoundError,
     OutOfRangeError,
+    PermissionDeniedError,
     PlanError,
     ShapeMismatchError,
     TransformError,
     TransportError,
+    TransportTimeoutError,
 )
 from dataio.formats.hdf5 import Hdf5File, open_hdf5, read_hdf5, scan_hdf5
 from dataio.formats.numpy import read_npz, read_numpy, scan_npz, scan_numpy
@@ -46,6 +49,21 @@ from dataio.formats.safetensors import (
     open_safetensors,
     read_safetensors,
     write_safetensors,
+)
+from dataio.io import (
+    configure_credentials,
+    configure_endpoint,
+    configure_transport,
+    delete,
+    exists,
+    fetch_into,
+    glob,
+    head,
+    ls,
+    read,
+    reader,
+    write,
+    writer,
 )
 from dataio.pipeline import (
     BoundPipeline,
@@ -81,6 +99,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
+    "AuthenticationError",
     "Batch",
     "BatchFailedError",
     "BoundPipeline",
@@ -95,6 +114,7 @@ __all__ = [
     "Loader",
     "NotFoundError",
     "OutOfRangeError",
+    "PermissionDeniedError",
     "Pipeline",
     "PlanError",
     "SafetensorsFile",
@@ -103,6 +123,7 @@ __all__ = [
     "Source",
     "TransformError",
     "TransportError",
+    "TransportTimeoutError",
     "__version__",
     "archive",
     "batch",
@@ -110,8 +131,14 @@ __all__ = [
     "capabilities",
     "collate",
     "cond",
+    "configure_credentials",
+    "configure_endpoint",
+    "configure_transport",
     "custom_op",
     "decoders",
+    "delete",
+    "exists",
+    "fetch_into",
     "files",
     "from_callable",
     "from_iterable",
@@ -119,17 +146,22 @@ __all__ = [
     "from_sampler",
     "gds_available",
     "gds_info",
+    "glob",
     "group_by",
+    "head",
+    "ls",
     "manifest",
     "map",
     "open_hdf5",
     "open_safetensors",
     "pipeline",
+    "read",
     "read_hdf5",
     "read_image",
     "read_npz",
     "read_numpy",
     "read_safetensors",
+    "reader",
     "records",
     "scan_hdf5",
     "scan_npz",
@@ -140,7 +172,9 @@ __all__ = [
     "transforms",
     "urls",
     "webdataset",
+    "write",
     "write_safetensors",
+    "writer",
 ]
 
 
