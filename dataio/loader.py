@@ -108,6 +108,7 @@ class Loader:
         self._epoch = epoch
         self._consumed = 0
         self._executor: Executor | None = None
+        self._arrow_peek: Any = None
         self._closed = False
 
     # -- passes ----------------------------------------------------------------------
@@ -264,25 +265,43 @@ class Loader:
             executor.close(wait=False)
 
     def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
-        """Export the rest of the current pass as an Arrow C stream."""
+        """Export the rest of the current pass as an Arrow C stream.
+
+        The first batch is read to learn the schema and kept until a stream yields it,
+        so a consumer that asks twice (once for the schema, once for the data, as
+        duckdb does) loses nothing.
+        """
         import pyarrow as pa
 
-        batches = (item if isinstance(item, pa.RecordBatch) else _as_arrow(item) for item in self)
-        first = next(batches, None)
+        first = self._arrow_peek
         if first is None:
-            raise DataioError("the loader produced no batches to export")
+            try:
+                first = _as_arrow(next(self))
+            except StopIteration:
+                raise DataioError("the loader produced no batches to export") from None
+        self._arrow_peek = first
 
-        def chained() -> Iterator[Any]:
+        def batches() -> Iterator[Any]:
+            self._arrow_peek = None
             yield first
-            yield from batches
+            while True:
+                try:
+                    item = next(self)
+                except StopIteration:
+                    return
+                yield _as_arrow(item)
 
-        reader = pa.RecordBatchReader.from_batches(first.schema, chained())
+        reader = pa.RecordBatchReader.from_batches(first.schema, batches())
         return reader.__arrow_c_stream__(requested_schema)
 
 
 def _as_arrow(item: Any) -> Any:
+    import pyarrow as pa
+
     from dataio.batch import Batch
 
+    if isinstance(item, pa.RecordBatch):
+        return item
     if isinstance(item, Batch):
         return to_arrow(item)
     raise DataioError(

@@ -207,3 +207,13 @@ def test_read_image(records) -> None:
     np.testing.assert_array_equal(pixels, expected[..., None])
     with pytest.raises(dataio.NotFoundError):
         dataio.read_image("/nonexistent/x.jpg")
+
+
+def test_duckdb_reads_every_batch_of_a_loader() -> None:
+    import duckdb
+
+    pipe = dataio.pipeline(dataio.slot("v").passthrough(), dataio.batch(2))
+    loader = pipe.bind([{"v": i} for i in range(10)]).run("arrow")
+    # duckdb asks for the stream twice (schema, then data): nothing may be lost
+    rows = duckdb.sql("SELECT v FROM loader ORDER BY v").fetchall()
+    assert [r[0] for r in rows] == list(range(10))
