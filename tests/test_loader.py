@@ -213,7 +213,7 @@ def test_duckdb_reads_every_batch_of_a_loader() -> None:
     import duckdb
 
     pipe = dataio.pipeline(dataio.slot("v").passthrough(), dataio.batch(2))
-    loader = pipe.bind([{"v": i} for i in range(10)]).run("arrow")
+    loader = pipe.bind([{"v": i} for i in range(10)]).run("arrow")  # noqa: F841 - duckdb finds it by name
     # duckdb asks for the stream twice (schema, then data): nothing may be lost
     rows = duckdb.sql("SELECT v FROM loader ORDER BY v").fetchall()
     assert [r[0] for r in rows] == list(range(10))
