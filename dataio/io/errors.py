@@ -48,6 +48,10 @@ def call(fn: Callable[[], T], uri: object, verb: str) -> T:
     raise error
 
 
+# the status itself, not any number that happens to contain 416 (byte counts, ports)
+_RANGE = re.compile(r"\b416\b|Range Not Satisfiable|InvalidRange")
+
+
 def translate(exc: BaseException, uri: object, verb: str) -> DataioError:
     """The dataio error for ``exc`` raised while doing ``verb`` on ``uri``."""
     from obstore import exceptions as obx
@@ -66,7 +70,7 @@ def translate(exc: BaseException, uri: object, verb: str) -> DataioError:
         return PermissionDeniedError(
             f"{verb} {target!r}: permission denied; the credentials in use may not do this"
         )
-    if "416" in detail or "Range Not Satisfiable" in detail or "InvalidRange" in detail:
+    if _RANGE.search(detail):
         return OutOfRangeError(f"{verb} {target!r}: the byte range lies past the end of the object")
     if isinstance(exc, TimeoutError) or _TIMEOUT.search(full):
         return TransportTimeoutError(
