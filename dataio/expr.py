@@ -39,6 +39,15 @@ class Expr:
 
     # -- operators ---------------------------------------------------------------------
 
+    def walk(self) -> Iterator[Expr]:
+        """This expression and every expression inside it, depth first."""
+        yield self
+        for arg in self.args:
+            items = arg if isinstance(arg, tuple) else (arg,)
+            for item in items:
+                if isinstance(item, Expr):
+                    yield from item.walk()
+
     def _binary(self, symbol: str, other: Any, *, reverse: bool = False) -> Expr:
         other = _wrap(other)
         return (

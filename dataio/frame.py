@@ -569,21 +569,10 @@ def _exprs(columns: Sequence[Any], what: str) -> list[Expr]:
 
 def _no_aggregates(exprs: Sequence[Expr], what: str) -> None:
     for expr in exprs:
-        if any(e.op == "agg" for e in _nodes(expr)):
+        if any(e.op == "agg" for e in expr.walk()):
             raise PlanError(
                 f"{what}({expr!r}): aggregates belong in .group_by(...).agg(...) or .agg(...)"
             )
-
-
-def _nodes(expr: Expr) -> Iterator[Expr]:
-    yield expr
-    for arg in expr.args:
-        if isinstance(arg, Expr):
-            yield from _nodes(arg)
-        elif isinstance(arg, tuple):
-            for item in arg:
-                if isinstance(item, Expr):
-                    yield from _nodes(item)
 
 
 def _names(value: str | Sequence[str], what: str) -> list[str]:

@@ -361,7 +361,7 @@ def _check_expr(expr: Expr, df: Any, ctx: Any, where: str) -> None:
             raise QueryError(
                 f"{where}: column {name!r} not found; available columns: {list(names)}"
             )
-    for node in _subexprs(expr):
+    for node in expr.walk():
         if node.op != "binary" or node.args[0] not in _COMPARISONS:
             continue
         left, right = node.args[1], node.args[2]
@@ -375,17 +375,6 @@ def _check_expr(expr: Expr, df: Any, ctx: Any, where: str) -> None:
                 f"{where}: cannot compare {left.describe()} ({types.field(0).type}) with "
                 f"{right.describe()} ({types.field(1).type}); cast one side with .cast(...)"
             )
-
-
-def _subexprs(expr: Expr) -> Iterator[Expr]:
-    yield expr
-    for arg in expr.args:
-        if isinstance(arg, Expr):
-            yield from _subexprs(arg)
-        elif isinstance(arg, tuple):
-            for item in arg:
-                if isinstance(item, Expr):
-                    yield from _subexprs(item)
 
 
 # -- plans ----------------------------------------------------------------------------------

@@ -12,11 +12,12 @@ import mmap
 import numbers
 import os
 from collections.abc import Iterable, Iterator
-from types import EllipsisType, TracebackType
+from types import EllipsisType
 from typing import Any
 
 import numpy as np
 
+from dataio._closing import Closing
 from dataio.exceptions import DataioError, FieldError, FormatError, NotFoundError, PlanError
 from dataio.formats._scan import FileScan, Source
 
@@ -84,7 +85,7 @@ def normalize_selection(
     return tuple(out)
 
 
-class Hdf5File:
+class Hdf5File(Closing):
     """An open HDF5 file; use as a context manager.
 
     Example:
@@ -187,17 +188,6 @@ class Hdf5File:
         # Never mmap.close(): arrays view the mapping without pinning it, so closing
         # would unmap live memory. Dropping the reference unmaps once they are gone.
         self._map = None
-
-    def __enter__(self) -> Hdf5File:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<Hdf5File {self.path!r}>"

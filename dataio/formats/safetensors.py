@@ -17,11 +17,11 @@ import mmap
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Literal
 
 import numpy as np
 
+from dataio._closing import Closing
 from dataio.exceptions import (
     DataioError,
     FieldError,
@@ -155,7 +155,7 @@ def _torch_view(buffer: Any, entry: TensorEntry, source: str) -> Any:
     return flat.reshape(shape)
 
 
-class SafetensorsFile:
+class SafetensorsFile(Closing):
     """An open safetensors file or checkpoint directory; use as a context manager.
 
     A directory is read through its ``model.safetensors.index.json`` (Hugging Face's
@@ -299,17 +299,6 @@ class SafetensorsFile:
         for opened in self._files.values():
             opened.close()
         self._files.clear()
-
-    def __enter__(self) -> SafetensorsFile:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self._where)} tensors"

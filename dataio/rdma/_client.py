@@ -12,9 +12,9 @@ from __future__ import annotations
 import socket
 import threading
 import weakref
-from types import TracebackType
 from typing import Any
 
+from dataio._closing import Closing
 from dataio.exceptions import DeviceError, OutOfRangeError, PlanError, TransportError
 from dataio.rdma._buffers import Local, local_buffer
 from dataio.rdma._channel import PROTOCOL, parse_address, recv_frame, send_frame
@@ -51,7 +51,7 @@ def _require_cuda(shim_version: int) -> None:
         raise DeviceError("connect(..., cuda=True) needs libfabric >= 1.9 for FI_HMEM")
 
 
-class Client:
+class Client(Closing):
     """A session with one server; a context manager that closes on exit.
 
     Use it with :func:`read`, :func:`write` and :func:`read_into`. One transfer runs at
@@ -156,21 +156,10 @@ class Client:
             self._sock.close()
         _open_clients.discard(self)
 
-    def __enter__(self) -> Client:
-        return self
-
     def __del__(self) -> None:
         # A forgotten client still frees its endpoint; nothing else would (a WeakSet).
         if not getattr(self, "_closed", True) and hasattr(self, "_endpoint"):
             self.close()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("failed" if self._broken else "open")

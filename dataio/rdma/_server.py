@@ -18,9 +18,9 @@ import socket
 import threading
 import weakref
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
+from dataio._closing import Closing
 from dataio.exceptions import NotFoundError, PlanError, TransportError
 from dataio.rdma._channel import (
     PROTOCOL,
@@ -54,7 +54,7 @@ def _listen(host: str, port: int, bind: str) -> socket.socket:
         ) from None
 
 
-class Server:
+class Server(Closing):
     """A running RMA server; a context manager that closes on exit.
 
     Attributes:
@@ -147,17 +147,6 @@ class Server:
         with contextlib.suppress(BufferError):
             self._memory.close()
         _open_servers.discard(self)
-
-    def __enter__(self) -> Server:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{self.clients} client(s)"
