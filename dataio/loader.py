@@ -10,6 +10,7 @@ import numpy as np
 
 from dataio.engine.assemble import FailurePolicy, assemble
 from dataio.engine.batch_ops import apply_batch_ops, padded_slots
+from dataio.engine.buffers import batch_buffers
 from dataio.engine.executor import Executor
 from dataio.engine.export import to_arrow, to_torch
 from dataio.engine.lower import lower
@@ -247,6 +248,7 @@ class Loader:
         if not self._closed:
             self._closed = True
             self._end_pass()
+            batch_buffers.release()
 
     @property
     def closed(self) -> bool:

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from dataio.engine.buffers import batch_buffers
 from dataio.engine.lower import SlotKernel
 from dataio.engine.pool import cpu_pool
 from dataio.engine.stream import Chunk
@@ -73,7 +74,7 @@ class BatchJob:
         for kernel in self.kernels:
             shape = kernel.row_shape
             if shape is not None:
-                self.buffers[kernel.name] = np.empty((n, *shape), kernel.dtype)
+                self.buffers[kernel.name] = batch_buffers.empty((n, *shape), kernel.dtype)
             else:
                 self.values[kernel.name] = [None] * n
             if not kernel.passthrough:
