@@ -27,7 +27,8 @@ class BufferPool:
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype | None) -> np.ndarray:
         """An uninitialized array of ``shape`` and ``dtype``, on recycled memory if free."""
-        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape)) * dtype.itemsize
         with self._lock:
             for block in self._blocks:
                 # the list, the loop variable and getrefcount's argument: nobody else
