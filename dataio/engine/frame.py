@@ -638,10 +638,10 @@ def _chain_batches(
 ) -> Iterator[Any]:
     """The chain's batches in file order.
 
-    Each file gets its own one-partition plan. In parallel, groups of files are the
-    inputs of a ``UNION ALL`` whose partition ``i`` is the group's file ``i`` (file scans
-    are not split, so DataFusion cannot move row groups between partitions), collected
-    group after group; otherwise the files stream one after another.
+    Each file gets its own one-partition plan. In parallel, the files are the inputs of
+    one ``UNION ALL`` whose partition ``i`` is file ``i`` (file scans are not split, so
+    DataFusion cannot move row groups between partitions); otherwise the files stream one
+    after another.
     """
     units = _units(source)
     where = _where(source, steps)
@@ -666,7 +666,9 @@ def _chain_batches(
         yield from sequential()
         return
     ctx = session(workers(), ordered=True)
-    group = 2 * workers()  # files in flight: enough to keep the cores busy, memory bounded
+    # Parallel runs feed collect(), which holds the whole result anyway: one UNION over
+    # every file costs one plan instead of one per group (measured ~3.5 ms each).
+    group = len(units)
     for first in range(0, len(units), group):
         chunk = units[first : first + group]
         frames = [frame(ctx, unit) for unit in chunk]
