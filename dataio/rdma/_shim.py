@@ -16,6 +16,33 @@ from __future__ import annotations
 
 __all__ = ["CDEF", "SOURCE"]
 
+# One transfer's state, shared by the declarations and the C source.
+_XFER = r"""
+struct dio_xfer {
+    struct fid_ep *ep;
+    struct fid_cq *cq;
+    fi_addr_t peer;
+    int is_write;
+    char *local;
+    void *desc;
+    size_t length;
+    uint64_t remote_addr;
+    uint64_t key;
+    size_t chunk;
+    int inflight;
+    struct fi_context2 *contexts;
+    uint64_t flags;
+    int timeout_ms;
+    int alive_fd;
+    struct fid_fabric *fabric;
+    int wait_fd;
+    size_t done;
+    int posted;
+    int prov_errno;
+    char message[256];
+};
+"""
+
 CDEF = r"""
 typedef uint64_t fi_addr_t;
 
@@ -128,29 +155,7 @@ int fi_control(struct fid *fid, int command, void *arg);
 int dio_set_provider(struct fi_info *hints, const char *name);
 int dio_set_cuda_device(struct fi_mr_attr *attr, int device);
 
-struct dio_xfer {
-    struct fid_ep *ep;
-    struct fid_cq *cq;
-    fi_addr_t peer;
-    int is_write;
-    char *local;
-    void *desc;
-    size_t length;
-    uint64_t remote_addr;
-    uint64_t key;
-    size_t chunk;
-    int inflight;
-    struct fi_context2 *contexts;
-    uint64_t flags;
-    int timeout_ms;
-    int alive_fd;
-    struct fid_fabric *fabric;
-    int wait_fd;
-    size_t done;
-    int posted;
-    int prov_errno;
-    char message[256];
-};
+@XFER@
 int dio_transfer(struct dio_xfer *x);
 int dio_progress(struct fid_fabric *fabric, struct fid_cq *cq, int wait_fd, int duration_ms,
                  volatile int *stop);
@@ -201,29 +206,7 @@ static int dio_set_cuda_device(struct fi_mr_attr *attr, int device)
     return 0;
 }
 
-struct dio_xfer {
-    struct fid_ep *ep;
-    struct fid_cq *cq;
-    fi_addr_t peer;
-    int is_write;
-    char *local;
-    void *desc;
-    size_t length;
-    uint64_t remote_addr;
-    uint64_t key;
-    size_t chunk;
-    int inflight;
-    struct fi_context2 *contexts;
-    uint64_t flags;
-    int timeout_ms;
-    int alive_fd;
-    struct fid_fabric *fabric;
-    int wait_fd;
-    size_t done;
-    int posted;
-    int prov_errno;
-    char message[256];
-};
+@XFER@
 
 static double dio_now_ms(void)
 {
@@ -407,3 +390,6 @@ static int dio_progress(struct fid_fabric *fabric, struct fid_cq *cq, int wait_f
     return 0;
 }
 """
+
+CDEF = CDEF.replace("@XFER@", _XFER.strip())
+SOURCE = SOURCE.replace("@XFER@", _XFER.strip())
