@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import io
 import math
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -65,6 +65,23 @@ def _out_frames(frames: int, up: int, down: int) -> int:
     return -(-frames * up // down)  # ceil(frames * up / down), as resample_poly
 
 
+def _rate_plan(
+    x: Any, from_rate: int, to_rate: int
+) -> tuple[np.ndarray, tuple[int, int, int, int] | None]:
+    """Check rates and prepare ``x``: ``(x, (up, down, frames, n_out))``, or the finished
+    result and ``None`` when nothing is left to compute (equal rates, no frames)."""
+    from_rate, to_rate = _check_rates(from_rate, to_rate)
+    x = np.asarray(x, dtype=np.float32)
+    if from_rate == to_rate:
+        return x.copy(), None
+    g = math.gcd(from_rate, to_rate)
+    up, down = to_rate // g, from_rate // g
+    frames = x.shape[0]
+    if frames == 0:
+        return np.zeros((0, *x.shape[1:]), np.float32), None
+    return x, (up, down, frames, _out_frames(frames, up, down))
+
+
 def resample_linear(x: np.ndarray, from_rate: int, to_rate: int) -> np.ndarray:
     """Resample along axis 0 by linear interpolation; returns float32.
 
@@ -76,16 +93,10 @@ def resample_linear(x: np.ndarray, from_rate: int, to_rate: int) -> np.ndarray:
         >>> resample_linear(np.array([0.0, 1.0, 2.0]), 1, 2)
         array([0. , 0.5, 1. , 1.5, 2. , 2. ], dtype=float32)
     """
-    from_rate, to_rate = _check_rates(from_rate, to_rate)
-    x = np.asarray(x, dtype=np.float32)
-    if from_rate == to_rate:
-        return x.copy()
-    g = math.gcd(from_rate, to_rate)
-    up, down = to_rate // g, from_rate // g
-    frames = x.shape[0]
-    n_out = _out_frames(frames, up, down)
-    if frames == 0:
-        return np.zeros((0, *x.shape[1:]), np.float32)
+    x, plan = _rate_plan(x, from_rate, to_rate)
+    if plan is None:
+        return x
+    up, down, frames, n_out = plan
     if n_out >= _MIN_PER_PHASE * up:
         # Outputs r, r + up, ... share one fraction and step ``down`` inputs: strided
         # views instead of gathers. The held last sample covers the final right neighbour.
@@ -173,16 +184,10 @@ def resample_sinc(x: np.ndarray, from_rate: int, to_rate: int) -> np.ndarray:
         >>> resample_sinc(tone, 44100, 16000).shape
         (16000,)
     """
-    from_rate, to_rate = _check_rates(from_rate, to_rate)
-    x = np.asarray(x, dtype=np.float32)
-    if from_rate == to_rate:
-        return x.copy()
-    g = math.gcd(from_rate, to_rate)
-    up, down = to_rate // g, from_rate // g
-    frames = x.shape[0]
-    n_out = _out_frames(frames, up, down)
-    if frames == 0:
-        return np.zeros((0, *x.shape[1:]), np.float32)
+    x, plan = _rate_plan(x, from_rate, to_rate)
+    if plan is None:
+        return x
+    up, down, frames, n_out = plan
     bank, reach = _phase_bank(up, down)
     taps = bank.shape[1]
     # Overlapping input windows (step ``down`` < ``taps``) go through _blocked_dot, which
