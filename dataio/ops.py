@@ -105,6 +105,20 @@ def positive_int(value: Any, what: str) -> int:
     return value
 
 
+def non_negative_int(value: object, what: str) -> int:
+    """Validate an integer parameter >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise PlanError(f"{what} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def non_negative(value: object, what: str) -> float:
+    """Validate a number parameter >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise PlanError(f"{what} must be a non-negative number, got {value!r}")
+    return float(value)
+
+
 def probability(value: Any, what: str) -> float:
     """Validate a probability in [0, 1]."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:

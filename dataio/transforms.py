@@ -21,6 +21,8 @@ from dataio.ops import (
     choice,
     float_pair,
     make_op,
+    non_negative,
+    non_negative_int,
     positive_int,
     probability,
 )
@@ -227,18 +229,6 @@ def output(*, dtype: Literal["uint8", "float32"] | None = None, layout: Layout |
     )
 
 
-def _non_negative_int(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise PlanError(f"{what} must be a non-negative integer, got {value!r}")
-    return value
-
-
-def _non_negative(value: object, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise PlanError(f"{what} must be a non-negative number, got {value!r}")
-    return float(value)
-
-
 def pad(*, top: int = 0, bottom: int = 0, left: int = 0, right: int = 0, value: float = 0) -> Op:
     """Pad an image's borders with a constant ``value``.
 
@@ -253,10 +243,10 @@ def pad(*, top: int = 0, bottom: int = 0, left: int = 0, right: int = 0, value: 
         "array",
         applies_to=IMAGE_ONLY,
         value=value,
-        top=_non_negative_int(top, "pad top"),
-        bottom=_non_negative_int(bottom, "pad bottom"),
-        left=_non_negative_int(left, "pad left"),
-        right=_non_negative_int(right, "pad right"),
+        top=non_negative_int(top, "pad top"),
+        bottom=non_negative_int(bottom, "pad bottom"),
+        left=non_negative_int(left, "pad left"),
+        right=non_negative_int(right, "pad right"),
     )
 
 
@@ -298,10 +288,10 @@ def color_jitter(
         color_jitter(brightness=0.4, contrast=0.4, hue=0.0, saturation=0.0)
     """
     values = {
-        "brightness": _non_negative(brightness, "color_jitter brightness"),
-        "contrast": _non_negative(contrast, "color_jitter contrast"),
-        "saturation": _non_negative(saturation, "color_jitter saturation"),
-        "hue": _non_negative(hue, "color_jitter hue"),
+        "brightness": non_negative(brightness, "color_jitter brightness"),
+        "contrast": non_negative(contrast, "color_jitter contrast"),
+        "saturation": non_negative(saturation, "color_jitter saturation"),
+        "hue": non_negative(hue, "color_jitter hue"),
     }
     if values["hue"] > 0.5:
         raise PlanError(f"color_jitter hue must be in [0, 0.5], got {hue!r}")
@@ -331,7 +321,7 @@ def standardize(*, eps: float = 1e-6) -> Op:
         >>> dataio.transforms.standardize()
         standardize(eps=1e-06)
     """
-    return make_op("standardize", "array", applies_to=ARRAYS, eps=_non_negative(eps, "eps"))
+    return make_op("standardize", "array", applies_to=ARRAYS, eps=non_negative(eps, "eps"))
 
 
 def fix_length(length: int, *, random_crop: bool = False, pad_value: float = 0.0) -> Op:

@@ -238,7 +238,7 @@ class Executor:
         except KeyError:
             return False
         job.values.update(columns)
-        job.keys = [record.get("key", record.get("__key__")) for record in records]
+        job.keys = [record_key(record) for record in records]
         return True
 
     def _process(self, job: BatchJob, row: int) -> None:

@@ -77,9 +77,6 @@ def _is_random(ops: tuple[Op, ...]) -> bool:
 
 def _array_op(op: Op) -> Callable[[Any, Any], Any]:
     params = op.params_dict()
-    if op.kind == "geometry":
-        steps = ((op.name, params),)
-        return lambda x, rng: transform_pixels(x, steps, rng)
     factory = ARRAY_OPS.get(op.name)
     if factory is None:  # pragma: no cover - every factory op has a kernel
         raise PlanError(f"no kernel for {op!r}")
