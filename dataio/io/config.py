@@ -243,8 +243,12 @@ def _retry(transport: Transport) -> dict[str, Any]:
     }
 
 
-def _client(transport: Transport, *, allow_http: bool) -> dict[str, Any]:
-    options: dict[str, Any] = {"allow_http": allow_http}
+def _client(transport: Transport, *, allow_http: bool, origin: str) -> dict[str, Any]:
+    """Client options for requests to ``origin`` (``scheme://host[:port]``): plain HTTP,
+    timeouts, and the network environment's proxy and TLS roots."""
+    from dataio.io.network import client_options
+
+    options: dict[str, Any] = {"allow_http": allow_http, **client_options(origin)}
     if transport.timeout_secs is not None:
         options["timeout"] = timedelta(seconds=transport.timeout_secs)
         options["connect_timeout"] = timedelta(seconds=min(transport.timeout_secs, 10.0))
@@ -260,7 +264,9 @@ def _build(location: Location) -> ObjectStore:
     transport = transport_for(scheme)
     credentials = _credentials.get(scheme, {"method": "default"})
     if scheme in ("http", "https"):
-        client = _client(transport, allow_http=scheme == "http")
+        client = _client(
+            transport, allow_http=scheme == "http", origin=f"{scheme}://{location.authority}"
+        )
         if "bearer_token" in credentials:
             client["default_headers"] = {"Authorization": f"Bearer {credentials['bearer_token']}"}
         return HTTPStore.from_url(
@@ -291,6 +297,10 @@ def _build(location: Location) -> ObjectStore:
     return S3Store(
         location.authority,
         config=config,  # type: ignore[arg-type]
-        client_options=_client(transport, allow_http=allow_http),  # type: ignore[arg-type]
+        client_options=_client(  # type: ignore[arg-type]
+            transport,
+            allow_http=allow_http,
+            origin=effective or f"https://{location.authority}.s3.amazonaws.com",
+        ),
         retry_config=_retry(transport),  # type: ignore[arg-type]
     )
