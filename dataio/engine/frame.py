@@ -92,6 +92,8 @@ def session(partitions: int, *, ordered: bool = False) -> Any:
         config = config.with_repartition_file_scans(False).set(
             "datafusion.optimizer.enable_round_robin_repartition", "false"
         )
+        # partitions of a listing would otherwise take files from each other's groups
+        config = config.set("datafusion.execution.enable_file_stream_work_stealing", "false")
     for key, value in _CONFIG.items():
         config = config.set(key, value)
     return register_kernels(SessionContext(config))
@@ -189,21 +191,24 @@ def guard(where: str, path: str | None = None) -> Iterator[None]:
 # -- scans ----------------------------------------------------------------------------------
 
 
-def _read(ctx: Any, fmt: str, path: str, options: dict[str, Any], schema: Any) -> Any:
+def _read(
+    ctx: Any, fmt: str, path: str, options: dict[str, Any], schema: Any, extension: str = ""
+) -> Any:
+    """A DataFusion frame over one file, or over a directory's files ending in ``extension``."""
     if fmt == "parquet":
-        return ctx.read_parquet(path, file_extension="", schema=schema)
+        return ctx.read_parquet(path, file_extension=extension, schema=schema)
     if fmt == "feather":
-        return ctx.read_arrow(path, file_extension="", schema=schema)
+        return ctx.read_arrow(path, file_extension=extension, schema=schema)
     if fmt == "csv":
         return ctx.read_csv(
             path,
             schema=schema,
             has_header=options.get("has_header", True),
             delimiter=options.get("separator", ","),
-            file_extension="",
+            file_extension=extension,
         )
     if fmt == "json":
-        return ctx.read_json(path, schema=schema, file_extension="")
+        return ctx.read_json(path, schema=schema, file_extension=extension)
     if fmt == "tfrecord":
         from dataio.formats.tfrecord import read_table
 
@@ -254,6 +259,40 @@ def _read_file(ctx: Any, scan: Scan, path: str) -> Any:
         raise NotFoundError(f"{scan.label()}: the file {path!r} is gone")
     with guard(f"scan_{scan.format}", path):
         return _read(ctx, scan.format, path, dict(scan.options), scan.schema)
+
+
+def _listing(scan: Scan) -> tuple[str, str] | None:
+    """(directory, extension) when one DataFusion listing reads exactly ``scan``'s files
+    in their order, else None.
+
+    A listing sorts its files by path and splits them into contiguous groups, one per
+    partition (file scans are not split in an ordered session), so partitions taken in
+    order give file order. One listing plans and runs faster than a ``UNION`` of one
+    scan per file (16 files: ~1.6x less time, benchmarks/scan.py). It applies when the
+    files are sorted, share a suffix and are every file with that suffix under their
+    directory (recursively, as the listing walks), none hidden.
+    """
+    if scan.format not in ("parquet", "feather", "csv", "json") or len(scan.files) < 2:
+        return None
+    files = [os.path.abspath(f) for f in scan.files]
+    directory = os.path.dirname(files[0])
+    extension = os.path.splitext(files[0])[1]
+    if not extension or files != sorted(files):
+        return None
+    if any(os.path.dirname(f) != directory or not f.endswith(extension) for f in files):
+        return None
+    found = []
+    for root, dirs, names in os.walk(directory):
+        if any(d.startswith((".", "_")) for d in dirs) and root == directory:
+            return None
+        for name in names:
+            if name.endswith(extension):
+                if name.startswith((".", "_")):
+                    return None
+                found.append(os.path.join(root, name))
+    if sorted(found) != files:
+        return None
+    return directory + os.sep, extension
 
 
 # -- expressions ----------------------------------------------------------------------------
@@ -666,6 +705,20 @@ def _chain_batches(
         yield from sequential()
         return
     ctx = session(workers(), ordered=True)
+    listing = _listing(source) if isinstance(source, Scan) and hint is None else None
+    if listing is not None:
+        assert isinstance(source, Scan)
+        try:
+            with guard(where):
+                base = _read(ctx, source.format, *_listing_args(source, listing))
+                parts = _compile_steps(base, steps, ctx, "collect").collect_partitioned()
+        except DataioError:
+            parts = None  # the per-file plans below name the file that fails
+        if parts is not None:
+            for part in parts:
+                for batch in part:
+                    yield _plain(batch, schema)
+            return
     # Parallel runs feed collect(), which holds the whole result anyway: one UNION over
     # every file costs one plan instead of one per group (measured ~3.5 ms each).
     group = len(units)
@@ -689,6 +742,11 @@ def _chain_batches(
         for part in parts:
             for batch in part:
                 yield _plain(batch, schema)
+
+
+def _listing_args(scan: Scan, listing: tuple[str, str]) -> tuple[Any, ...]:
+    directory, extension = listing
+    return directory, dict(scan.options), scan.schema, extension
 
 
 def _where(source: Scan | Memory, steps: list[Node]) -> str:

@@ -87,3 +87,47 @@ def test_order_survives_python_filters_between_pushed_down_steps(tmp_path: Path)
     assert frame.collect() == expected
     assert list(frame) == expected
     assert "python filters (after DataFusion)" in frame.explain()
+
+
+def _write_parts(root: Path, sizes: list[int]) -> list[pa.Table]:
+    tables = []
+    start = 0
+    for part, n in enumerate(sizes):
+        table = pa.table({"id": pa.array(range(start, start + n), pa.int64())})
+        pq.write_table(table, root / f"part-{part:03d}.parquet", row_group_size=7)
+        tables.append(table)
+        start += n
+    return tables
+
+
+@pytest.mark.parametrize("workers", ["1", "2", "3"])
+def test_a_whole_directory_runs_as_one_listing_in_file_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: str
+) -> None:
+    from dataio.engine import frame as engine
+    from dataio.frame import scan_parquet
+
+    monkeypatch.setenv("DATAIO_CPU_WORKERS", workers)
+    tables = _write_parts(tmp_path, [5, 40, 1, 33, 17, 2, 29, 11, 8])
+    frame = scan_parquet(tmp_path).filter(col("id") % 3 != 0)
+    assert engine._listing(frame.plan.input) is not None  # type: ignore[attr-defined]
+    ids = pa.concat_tables(tables).column("id").to_pylist()
+    assert frame.collect_arrow().column("id").to_pylist() == [i for i in ids if i % 3 != 0]
+
+
+def test_listing_applies_only_when_it_reads_exactly_the_scanned_files(tmp_path: Path) -> None:
+    from dataio.engine import frame as engine
+    from dataio.frame import scan_parquet
+
+    tables = _write_parts(tmp_path, [4, 6, 3])
+    paths = sorted(str(p) for p in tmp_path.glob("*.parquet"))
+    assert engine._listing(scan_parquet(paths).plan) is not None
+    # a list out of path order, a subset, and a directory holding another file of the
+    # format all keep one plan per file, in the order asked
+    assert engine._listing(scan_parquet(paths[::-1]).plan) is None
+    assert engine._listing(scan_parquet(paths[:2]).plan) is None
+    (tmp_path / "nested").mkdir()
+    pq.write_table(pa.table({"id": pa.array([999], pa.int64())}), tmp_path / "nested" / "x.parquet")
+    assert engine._listing(scan_parquet(paths).plan) is None
+    got = scan_parquet(paths[::-1]).collect_arrow().column("id").to_pylist()
+    assert got == pa.concat_tables(tables[::-1]).column("id").to_pylist()
