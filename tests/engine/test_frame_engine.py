@@ -131,3 +131,17 @@ def test_listing_applies_only_when_it_reads_exactly_the_scanned_files(tmp_path: 
     assert engine._listing(scan_parquet(paths).plan) is None
     got = scan_parquet(paths[::-1]).collect_arrow().column("id").to_pylist()
     assert got == pa.concat_tables(tables[::-1]).column("id").to_pylist()
+
+
+def test_the_reused_scan_session_sees_added_and_rewritten_files(tmp_path: Path) -> None:
+    from dataio.frame import scan_parquet
+
+    def ids() -> list[int]:
+        return scan_parquet(tmp_path).collect_arrow().column("id").to_pylist()
+
+    _write_parts(tmp_path, [3, 4])
+    assert ids() == list(range(7))
+    pq.write_table(pa.table({"id": pa.array([50, 51], pa.int64())}), tmp_path / "part-002.parquet")
+    assert ids() == [*range(7), 50, 51]
+    pq.write_table(pa.table({"id": pa.array([90], pa.int64())}), tmp_path / "part-000.parquet")
+    assert ids() == [90, 3, 4, 5, 6, 50, 51]
