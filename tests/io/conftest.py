@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 from helpers.object_servers import MotoServer, RangeServer
+from helpers.proxy_server import ProxyServer
+from helpers.tls_server import Authority, TLSRangeServer, make_ca
 
 import dataio.io as dio
 from dataio.io import config
@@ -69,3 +71,48 @@ def base(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if kind == "file-uri":
         return tmp_path.as_uri()
     return str(request.getfixturevalue(kind))
+
+
+_NETWORK_ENV = (
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "no_proxy",
+    "REQUEST_METHOD",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "AWS_CA_BUNDLE",
+)
+
+
+@pytest.fixture
+def network_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """A monkeypatch with every proxy and TLS-root variable of the host removed."""
+    for name in _NETWORK_ENV:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    return monkeypatch
+
+
+@pytest.fixture(scope="session")
+def authority(tmp_path_factory: pytest.TempPathFactory) -> Authority:
+    """A test CA and a server certificate for 127.0.0.1 / localhost signed by it."""
+    return make_ca(tmp_path_factory.mktemp("ca"))
+
+
+@pytest.fixture
+def https_server(authority: Authority) -> Iterator[TLSRangeServer]:
+    server = TLSRangeServer(authority)
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+@pytest.fixture
+def proxy() -> Iterator[ProxyServer]:
+    server = ProxyServer()
+    try:
+        yield server
+    finally:
+        server.stop()
