@@ -9,6 +9,7 @@ import pytest
 from helpers.object_servers import MotoServer, RangeServer
 from helpers.proxy_server import ProxyServer
 from helpers.tls_server import Authority, TLSRangeServer, make_ca
+from helpers.webdav_server import WebDAVServer
 
 import dataio.io as dio
 from dataio.io import config
@@ -116,3 +117,21 @@ def proxy() -> Iterator[ProxyServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def webdav_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDAVServer]:
+    server = WebDAVServer(tmp_path_factory.mktemp("webdav"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def webdav(webdav_server: WebDAVServer, request: pytest.FixtureRequest) -> str:
+    """An ``http://`` base URI on the WebDAV server, unique to this test (its folder
+    exists, empty)."""
+    name = request.node.name.replace("[", "-").replace("]", "")
+    (webdav_server.root / name).mkdir()
+    return f"{webdav_server.url}/{name}"
