@@ -12,10 +12,12 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from dataio.exceptions import DataioError, DecodeError, NotFoundError
+from dataio.io import cache
 from dataio.io.config import store_for
 from dataio.io.errors import call
+from dataio.io.stream import stream
 from dataio.io.uri import parse
-from dataio.io.verbs import _fetch, read
+from dataio.io.verbs import _download, read
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -27,7 +29,13 @@ _MIB = 1 << 20
 
 class Reader:
     """A lazy view of one object: each method returns a new reader; nothing is read
-    until :meth:`read_all` or :meth:`read_buffer`."""
+    until :meth:`read_all` or :meth:`read_buffer`.
+
+    A plain reader fetches the whole object (through the local cache when
+    ``DATAIO_CACHE_DIR`` is set). Decompression and tar steps read the object as a
+    stream instead: they inflate as bytes arrive and stop reading once the tar member
+    is complete, so an early member of a large archive does not download the rest.
+    """
 
     def __init__(self, uri: str | os.PathLike[str], steps: tuple[tuple[str, str], ...] = ()):
         parse(uri)  # fail early on a malformed URI
@@ -57,45 +65,63 @@ class Reader:
         return memoryview(self._materialize()).toreadonly()
 
     def _materialize(self) -> Any:
-        data = self._raw()
-        for op, arg in self._steps:
-            data = _gunzip(data, self.uri) if op == "gunzip" else _tar_entry(data, arg, self.uri)
-        return data
+        if not self._steps:
+            return self._raw()
+        with contextlib.ExitStack() as stack:
+            source: Any = stack.enter_context(self._open())
+            for op, arg in self._steps:
+                if op == "gunzip":
+                    source = stack.enter_context(gzip.GzipFile(fileobj=source, mode="rb"))
+                else:
+                    source = _tar_member(source, arg, self.uri, stack)
+            try:
+                return source.read()
+            except (OSError, EOFError, zlib.error) as exc:
+                raise _not_readable(exc, self.uri) from None
+
+    def _open(self) -> Any:
+        """The object as a file-like stream: the cached copy when there is one."""
+        loc = parse(self.uri)
+        entry = cache.entry_path(loc)
+        if entry is not None:
+            hit = cache.load(entry)
+            if hit is not None:
+                return io.BytesIO(hit)
+        return stream(self.uri)
 
     def _raw(self) -> Any:
         loc = parse(self.uri)
         if loc.scheme == "file":
             return read(self.uri)
-        pieces: dict[int, Any] = {}
-        call(lambda: _fetch(loc, pieces.__setitem__), self.uri, "read")
-        if len(pieces) == 1:
-            return pieces[0]  # obstore Bytes: a buffer over Rust-owned memory
-        return b"".join(pieces[k] for k in sorted(pieces))
+        return cache.read_through(loc, lambda: _download(loc, self.uri))
 
 
-def _gunzip(data: Any, uri: str) -> bytes:
+def _not_readable(exc: BaseException, uri: str) -> DataioError:
+    if isinstance(exc, DataioError):
+        return exc
+    if isinstance(exc, tarfile.TarError):
+        return DecodeError(f"{uri!r} is not a readable tar archive: {exc}")
+    return DecodeError(f"{uri!r} is not valid gzip: {exc}")
+
+
+def _tar_member(source: Any, name: str, uri: str, stack: contextlib.ExitStack) -> Any:
+    """The file-like content of member ``name``, read from ``source`` in stream mode:
+    members before it are skipped, nothing after it is read."""
     try:
-        return gzip.decompress(data)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise DecodeError(f"{uri!r} is not valid gzip: {exc}") from None
-
-
-def _tar_entry(data: Any, name: str, uri: str) -> bytes:
-    try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as archive:
-            try:
-                member = archive.getmember(name)
-            except KeyError:
-                names = archive.getnames()[:5]
-                raise NotFoundError(
-                    f"no entry {name!r} in tar {uri!r}; the first entries are {names}"
-                ) from None
-            handle = archive.extractfile(member)
-            if handle is None:
-                raise DataioError(f"tar entry {name!r} in {uri!r} is not a regular file")
-            return handle.read()
-    except tarfile.TarError as exc:
-        raise DecodeError(f"{uri!r} is not a readable tar archive: {exc}") from None
+        archive = stack.enter_context(tarfile.open(fileobj=source, mode="r|*"))  # noqa: SIM115
+        seen: list[str] = []
+        for member in archive:
+            if member.name == name:
+                if not member.isfile():
+                    raise DataioError(f"tar entry {name!r} in {uri!r} is not a regular file")
+                handle = archive.extractfile(member)
+                assert handle is not None  # a regular file always has content
+                return handle
+            if len(seen) < 5:
+                seen.append(member.name)
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+        raise _not_readable(exc, uri) from None
+    raise NotFoundError(f"no entry {name!r} in tar {uri!r}; the first entries are {seen}")
 
 
 def reader(uri: str | os.PathLike[str]) -> Reader:
@@ -159,6 +185,7 @@ class Writer:
                 file.__exit__(exc_type, exc, tb)
             return
         call(file.close, self.uri, "write")
+        cache.drop(parse(self.uri))
 
 
 def writer(uri: str | os.PathLike[str], *, part_size_mib: int = 10) -> Writer:

@@ -1,19 +1,31 @@
-"""The one function every pipeline reads bytes through."""
+"""The one function every pipeline reads bytes through, and the formats ``read`` decodes.
+
+Decoding reuses dataio's own decoders (:mod:`dataio.udfs`, :mod:`dataio.formats`);
+pyarrow reads the Arrow formats. Each decoder's imports load on first use.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, get_args
 
+from dataio.exceptions import DataioError, DecodeError, FormatError
+from dataio.io.config import redact
 from dataio.io.errors import call
 from dataio.io.uri import parse
-from dataio.io.verbs import read
+from dataio.io.verbs import ReadFormat, read
 
-__all__ = ["read_bytes"]
+__all__ = ["FORMATS", "check_format", "decode", "read_bytes"]
+
+FORMATS: tuple[str, ...] = get_args(ReadFormat)
 
 
 def read_bytes(uri: str | os.PathLike[str]) -> bytes:
     """Read a whole object (a local path, ``file://``, ``s3://``, ``r2://``, ``http(s)://``).
+
+    Remote objects go through the local cache when ``DATAIO_CACHE_DIR`` is set.
 
     Raises:
         NotFoundError: the object does not exist.
@@ -27,3 +39,151 @@ def read_bytes(uri: str | os.PathLike[str]) -> bytes:
     if loc.scheme == "file":
         return call(Path(loc.path).read_bytes, uri, "read")
     return read(uri)
+
+
+def check_format(format: str, mode: str | None, *, ranged: bool) -> None:
+    """Refuse an unknown format, a format with a byte range, or a misplaced ``mode``."""
+    from dataio.decoders import IMAGE_MODES
+
+    if format not in FORMATS:
+        choices = ", ".join(repr(f) for f in FORMATS)
+        raise DataioError(f"unknown read format {format!r}; choose one of {choices}")
+    if ranged and format != "bytes":
+        raise DataioError(
+            f"format={format!r} decodes a whole object, so it cannot take offset= or size=; "
+            "read the range as bytes, or drop the range"
+        )
+    if mode is not None and format != "image":
+        raise DataioError(f"mode={mode!r} applies to format='image' only, not {format!r}")
+    if mode is not None and mode not in IMAGE_MODES:
+        raise DataioError(f"image mode must be one of {list(IMAGE_MODES)}, got {mode!r}")
+
+
+def decode(data: Any, format: str, mode: str | None, uri: Any) -> Any:
+    """``data``, the whole object at ``uri``, decoded as ``format``."""
+    source = redact(os.fspath(uri))
+    try:
+        return _DECODERS[format](data, mode, source)
+    except (DecodeError, FormatError) as exc:
+        text = str(exc)
+        if source not in text:
+            text = f"{source!r} is not valid {format}: {text}"
+        raise DecodeError(text) from None
+
+
+def _bytes(data: Any, mode: str | None, source: str) -> bytes:
+    return bytes(data)
+
+
+def _text(data: Any, mode: str | None, source: str) -> str:
+    from dataio.udfs.text import decode_text
+
+    return decode_text(data, "utf-8")
+
+
+def _json(data: Any, mode: str | None, source: str) -> Any:
+    from dataio.udfs.text import decode_json
+
+    return decode_json(data)
+
+
+def _jsonl(data: Any, mode: str | None, source: str) -> list[Any]:
+    from dataio.udfs.text import decode_json
+
+    rows = []
+    for number, line in enumerate(bytes(data).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(decode_json(line))
+        except DecodeError as exc:
+            raise DecodeError(f"{source!r} line {number} is not valid JSON: {exc}") from None
+    return rows
+
+
+def _npy(data: Any, mode: str | None, source: str) -> Any:
+    from dataio.udfs.tensor import decode_npy
+
+    return decode_npy(data, source=source)
+
+
+def _npz(data: Any, mode: str | None, source: str) -> dict[str, Any]:
+    import io
+    import zipfile
+
+    from dataio.formats.numpy import _npz_members, _stored_offset
+    from dataio.udfs.tensor import decode_npy
+
+    arrays = {}
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            for name, info in _npz_members(zf).items():
+                where = f"{source}:{info.filename}"
+                if info.compress_type == zipfile.ZIP_STORED and not info.flag_bits & 1:
+                    start = _stored_offset(data, info, source)  # stored: view in place
+                    view = memoryview(data)[start : start + info.file_size]
+                    arrays[name] = decode_npy(view, source=where)
+                else:
+                    arrays[name] = decode_npy(zf.read(info), source=where)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError) as exc:
+        raise DecodeError(f"{source!r} is not a readable .npz (zip) archive: {exc}") from None
+    return arrays
+
+
+def _parquet(data: Any, mode: str | None, source: str) -> Any:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_table(pa.BufferReader(pa.py_buffer(data)))
+    except (pa.ArrowException, OSError) as exc:
+        raise DecodeError(f"{source!r} is not a readable Parquet file: {exc}") from None
+
+
+def _arrow(data: Any, mode: str | None, source: str) -> Any:
+    """An Arrow IPC file (Feather v2), an IPC stream, or a Feather v1 file."""
+    import pyarrow as pa
+
+    buffer = pa.py_buffer(data)
+    head = bytes(memoryview(data)[:6])
+    try:
+        if head == b"ARROW1":
+            return pa.ipc.open_file(buffer).read_all()
+        if head.startswith(b"FEA1"):
+            import pyarrow.feather as feather
+
+            return feather.read_table(pa.BufferReader(buffer))
+        return pa.ipc.open_stream(buffer).read_all()
+    except (pa.ArrowException, OSError) as exc:
+        raise DecodeError(
+            f"{source!r} is not a readable Arrow IPC file or stream, nor Feather: {exc}"
+        ) from None
+
+
+def _image(data: Any, mode: str | None, source: str) -> Any:
+    from dataio.udfs.image import decode_image
+
+    return decode_image(data, mode or "rgb")
+
+
+def _safetensors(data: Any, mode: str | None, source: str) -> dict[str, Any]:
+    from dataio.udfs.tensor import entry_array, read_safetensors_header
+
+    header = read_safetensors_header(data, source=source)
+    return {name: entry_array(data, entry, source=source) for name, entry in header.tensors.items()}
+
+
+_DECODERS: dict[str, Callable[[Any, str | None, str], Any]] = {
+    "bytes": _bytes,
+    "text": _text,
+    "json": _json,
+    "jsonl": _jsonl,
+    "npy": _npy,
+    "npz": _npz,
+    "parquet": _parquet,
+    "feather": _arrow,
+    "arrow": _arrow,
+    "ipc": _arrow,
+    "image": _image,
+    "safetensors": _safetensors,
+}

@@ -11,9 +11,10 @@ import os
 import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Literal, overload
 
 from dataio.exceptions import DataioError, NotFoundError, OutOfRangeError
+from dataio.io import cache
 from dataio.io.config import store_for, transport_for
 from dataio.io.errors import call
 from dataio.io.uri import Location, parse
@@ -21,6 +22,20 @@ from dataio.io.uri import Location, parse
 __all__ = ["delete", "exists", "fetch_into", "glob", "head", "ls", "read", "write"]
 
 URI = str | os.PathLike[str]
+ReadFormat = Literal[
+    "bytes",
+    "text",
+    "json",
+    "jsonl",
+    "npy",
+    "npz",
+    "parquet",
+    "feather",
+    "arrow",
+    "ipc",
+    "image",
+    "safetensors",
+]
 Sink = Callable[[int, Any], None]
 
 
@@ -52,26 +67,83 @@ def exists(uri: URI) -> bool:
     return True
 
 
-def read(uri: URI, *, offset: int | None = None, size: int | None = None) -> bytes:
-    """Read an object, or ``size`` bytes of it from ``offset``, into bytes.
+@overload
+def read(
+    uri: URI,
+    *,
+    offset: int | None = None,
+    size: int | None = None,
+    format: Literal["bytes"] = "bytes",
+    mode: str | None = None,
+) -> bytes: ...
+
+
+@overload
+def read(
+    uri: URI,
+    *,
+    offset: int | None = None,
+    size: int | None = None,
+    format: ReadFormat,
+    mode: str | None = None,
+) -> Any: ...
+
+
+def read(
+    uri: URI,
+    *,
+    offset: int | None = None,
+    size: int | None = None,
+    format: ReadFormat = "bytes",
+    mode: str | None = None,
+) -> Any:
+    """Read an object, or ``size`` bytes of it from ``offset``; ``format`` decodes it.
 
     A range running past the end is cut short; one starting past the end raises
     :class:`~dataio.OutOfRangeError`. Large whole-object reads split into parallel
-    ranged requests (see :func:`configure_transport`).
+    ranged requests (see :func:`configure_transport`) and go through the local cache
+    when ``DATAIO_CACHE_DIR`` is set.
+
+    Args:
+        uri: a local path or a ``file://``, ``s3://``, ``r2://`` or ``http(s)://`` URI.
+        offset: where the range starts (bytes only).
+        size: how many bytes to read (bytes only).
+        format: what to make of the whole object: ``"bytes"``, ``"text"`` (UTF-8),
+            ``"json"``, ``"jsonl"`` (a list), ``"npy"``, ``"npz"`` (a dict of arrays),
+            ``"parquet"``, ``"feather"``, ``"arrow"``, ``"ipc"`` (a ``pyarrow.Table``),
+            ``"image"`` (a ``uint8`` HWC array) or ``"safetensors"`` (a dict of arrays).
+        mode: the image mode for ``format="image"``: ``"rgb"`` (default), ``"gray"``
+            or ``"rgba"``.
+
+    Raises:
+        DecodeError: the object is not in ``format``.
 
     Example:
         >>> chunk = dataio.read("s3://bucket/file.bin", offset=0, size=1 << 20)  # doctest: +SKIP
+        >>> table = dataio.read("s3://bucket/shard.parquet", format="parquet")  # doctest: +SKIP
     """
+    if format != "bytes" or mode is not None:
+        from dataio.io.read import check_format, decode
+
+        check_format(format, mode, ranged=offset is not None or size is not None)
+        return decode(read(uri), format, mode, uri)
     _check_range(offset, size)
     if size == 0:
         return b""
     loc = parse(uri)
     if loc.scheme == "file":
         return _local(lambda: _read_local(loc.path, offset or 0, size), uri, "read")
+    if offset is None and size is None:
+        return bytes(cache.read_through(loc, lambda: _download(loc, uri)))
+    return bytes(_download(loc, uri, offset=offset or 0, size=size))
+
+
+def _download(loc: Location, uri: URI, *, offset: int = 0, size: int | None = None) -> Any:
+    """The object (or a range) from its server: a buffer, not copied when one request did."""
     pieces: dict[int, Any] = {}
-    call(lambda: _fetch(loc, pieces.__setitem__, offset=offset or 0, size=size), uri, "read")
+    call(lambda: _fetch(loc, pieces.__setitem__, offset=offset, size=size), uri, "read")
     if len(pieces) == 1:
-        return bytes(pieces[0])
+        return pieces[0]
     return b"".join(pieces[k] for k in sorted(pieces))
 
 
@@ -102,7 +174,15 @@ def fetch_into(uri: URI, buffer: Any) -> int:
     def sink(at: int, piece: Any) -> None:
         view[at : at + len(piece)] = piece
 
-    return call(lambda: _fetch(loc, sink, expect=check), uri, "fetch_into")
+    entry = cache.entry_path(loc)
+    if entry is not None:
+        hit = cache.load_into(entry, view)
+        if hit is not None:
+            return hit
+    n: int = call(lambda: _fetch(loc, sink, expect=check), uri, "fetch_into")
+    if entry is not None:
+        cache.store(entry, view[:n])
+    return n
 
 
 def write(uri: URI, data: Any) -> str | None:
@@ -118,6 +198,7 @@ def write(uri: URI, data: Any) -> str | None:
 
     loc = parse(uri)
     result = call(lambda: obstore.put(store_for(loc), loc.key, data), uri, "write")
+    cache.drop(loc)
     return result["e_tag"]
 
 
@@ -132,6 +213,7 @@ def delete(uri: URI) -> None:
     loc = parse(uri)
     with contextlib.suppress(NotFoundError):
         call(lambda: obstore.delete(store_for(loc), loc.key), uri, "delete")
+    cache.drop(loc)
 
 
 def ls(prefix_uri: URI) -> list[str]:

@@ -1,0 +1,187 @@
+"""An optional local cache of whole remote objects, on when ``DATAIO_CACHE_DIR`` is set.
+
+Layout: ``$DATAIO_CACHE_DIR/objects-v1/<partition>/<xx>/<object>``. The partition is a
+hash of the scheme's credential and endpoint identity, so two accounts or two servers
+never share entries; the object name is a hash of the URI. Neither holds a secret or a
+URI in clear. Credentials resolved at request time (``method="default"``) bypass the
+cache: the identity that would own an entry is not known.
+
+An entry is the object's bytes followed by a footer (size, CRC-32, magic). It is
+written to a temporary file and renamed into place, so readers see a whole entry or
+none; a footer that does not match (a truncated or corrupt file) is a miss and the
+object is fetched again. Hits do not revalidate against the origin: cache immutable
+objects. Local files are never cached.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import struct
+import tempfile
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from dataio.io.uri import Location
+
+__all__ = ["drop", "entry_path", "load", "load_into", "read_through", "store"]
+
+log = logging.getLogger("dataio.io")
+
+ENV = "DATAIO_CACHE_DIR"
+_FOOTER = struct.Struct("<QI8s")  # object size, CRC-32, magic
+_MAGIC = b"dataio\x01\x00"
+_ENDPOINT_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT", "AWS_REGION", "AWS_DEFAULT_REGION")
+
+
+def _root() -> Path | None:
+    text = os.environ.get(ENV)
+    return Path(text).expanduser() / "objects-v1" if text else None
+
+
+def _partition(scheme: str) -> str | None:
+    """The hashed identity that owns ``scheme``'s entries; ``None`` when uncacheable."""
+    from dataio.io import config
+
+    credentials = dict(config._credentials.get(scheme) or {"method": "default"})
+    method = credentials.pop("method", None)
+    if method == "default" and scheme not in ("http", "https"):
+        return None  # resolved by the platform chain per request: identity unknown here
+    endpoint: Any = config._endpoints.get(scheme)
+    if endpoint is None and scheme in ("s3", "r2"):
+        endpoint = [os.environ.get(name) for name in _ENDPOINT_ENV]
+    identity = {
+        "scheme": scheme,
+        "credentials": sorted(credentials.items()),  # hashed below, never stored
+        "endpoint": endpoint,
+    }
+    text = json.dumps(identity, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _object_name(loc: Location) -> str:
+    return hashlib.sha256(str(loc).encode()).hexdigest()
+
+
+def entry_path(loc: Location) -> Path | None:
+    """Where ``loc``'s entry lives, or ``None`` when it must not be cached."""
+    root = _root()
+    if root is None or loc.scheme == "file":
+        return None
+    partition = _partition(loc.scheme)
+    if partition is None:
+        return None
+    name = _object_name(loc)
+    return root / partition / name[:2] / name
+
+
+def _open_entry(path: Path) -> tuple[Any, int, int] | None:
+    """An open entry, its object size and CRC-32; ``None`` when missing or malformed."""
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - returned to the caller, who closes it
+    except OSError:
+        return None
+    try:
+        total = os.fstat(f.fileno()).st_size
+        if total >= _FOOTER.size:
+            f.seek(total - _FOOTER.size)
+            size, crc, magic = _FOOTER.unpack(f.read(_FOOTER.size))
+            if magic == _MAGIC and size == total - _FOOTER.size:
+                f.seek(0)
+                return f, size, crc
+    except OSError:
+        pass
+    f.close()
+    log.warning("cache entry %s is damaged; fetching the object again", path)
+    return None
+
+
+def load(path: Path) -> bytes | None:
+    """The cached object at ``path``, or ``None`` when missing, truncated or corrupt."""
+    opened = _open_entry(path)
+    if opened is None:
+        return None
+    f, size, crc = opened
+    with f:
+        try:
+            data = f.read(size)
+        except OSError:
+            return None
+    if len(data) != size or zlib.crc32(data) != crc:
+        log.warning("cache entry %s fails its checksum; fetching the object again", path)
+        return None
+    return data
+
+
+def load_into(path: Path, view: memoryview) -> int | None:
+    """Copy the cached object into ``view``; its size, or ``None`` on a miss or when
+    it does not fit (the origin read then reports the error)."""
+    opened = _open_entry(path)
+    if opened is None:
+        return None
+    f, size, crc = opened
+    with f:
+        if size > len(view):
+            return None
+        done = 0
+        try:
+            while done < size:
+                n = f.readinto(view[done:size])
+                if not n:
+                    return None
+                done += n
+        except OSError:
+            return None
+    if zlib.crc32(view[:size]) != crc:
+        log.warning("cache entry %s fails its checksum; fetching the object again", path)
+        return None
+    return size
+
+
+def store(path: Path, data: Any) -> None:
+    """Save ``data`` (any buffer) as the entry at ``path``; failures only log."""
+    view = memoryview(data).cast("B")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".partial-")
+    except OSError as exc:
+        log.warning("cannot write the cache under %s: %s", path.parent, exc)
+        return
+    try:
+        with open(fd, "wb") as f:
+            f.write(view)
+            f.write(_FOOTER.pack(len(view), zlib.crc32(view), _MAGIC))
+        os.replace(temp, path)
+    except OSError as exc:
+        log.warning("cannot write the cache entry %s: %s", path, exc)
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+
+
+def read_through(loc: Location, download: Callable[[], Any]) -> Any:
+    """The object from the cache, or from ``download()`` (then cached)."""
+    path = entry_path(loc)
+    if path is None:
+        return download()
+    hit = load(path)
+    if hit is not None:
+        return hit
+    data = download()
+    store(path, data)
+    return data
+
+
+def drop(loc: Location) -> None:
+    """Forget ``loc`` in every partition (after a write or a delete through dataio)."""
+    root = _root()
+    if root is None or loc.scheme == "file" or not root.is_dir():
+        return
+    name = _object_name(loc)
+    for partition in root.iterdir():
+        with contextlib.suppress(OSError):
+            (partition / name[:2] / name).unlink()

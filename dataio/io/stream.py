@@ -1,0 +1,637 @@
+"""``stream(uri)``: an object's body read on demand, as bytes, lines or Server-Sent Events.
+
+Opening waits for the response headers only, so a missing object fails at once. The
+byte, line and event iterators share one cursor. A body is never requested twice:
+once the response is open, a broken connection is an error for the caller, not a
+silent retry (obstore would resume a broken body with a ranged request, so remote
+object stores are read through a copy of their store with retries off).
+
+``http(s)`` bodies are read with the standard library rather than obstore, because
+obstore refuses responses without a ``Content-Length`` (chunked bodies, event streams).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from dataio.exceptions import (
+    DataioError,
+    DecodeError,
+    NotFoundError,
+    TransportError,
+    TransportTimeoutError,
+)
+from dataio.io.config import redact, store_for, transport_for
+from dataio.io.errors import call, translate
+from dataio.io.uri import Location, parse
+
+if TYPE_CHECKING:
+    import ssl
+
+    from obstore.store import ObjectStore
+
+__all__ = ["SSEEvent", "Stream", "stream"]
+
+_MIB = 1 << 20
+DEFAULT_LIMIT = 8 * _MIB
+_CHUNK = 64 << 10
+_DEFAULT_WAIT_SECS = 30.0  # obstore's default request timeout, applied per wait
+_BOM = b"\xef\xbb\xbf"
+
+
+@dataclass(frozen=True)
+class SSEEvent:
+    """One Server-Sent Event.
+
+    Attributes:
+        event: the event type (``"message"`` when the block names none).
+        data: the block's ``data`` lines joined by ``"\\n"``.
+        id: the last event ID the stream has set so far (as ``EventSource`` keeps it),
+            or ``None``.
+        retry: the last reconnection time in milliseconds the stream has set, or ``None``.
+    """
+
+    event: str = "message"
+    data: str = ""
+    id: str | None = None
+    retry: int | None = None
+
+
+class _Body:
+    """The body of one open response: ``next_chunk`` gives bytes or ``None`` at the end."""
+
+    size: int | None = None
+
+    def next_chunk(self) -> bytes | None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class Stream:
+    """An open object body, read on demand.
+
+    :meth:`iter_bytes` (also plain iteration), :meth:`iter_lines`, :meth:`iter_sse`,
+    :meth:`read` and :meth:`read_all` all advance one cursor: bytes that one of them
+    buffered and did not hand out are where the next one starts. After :meth:`close`
+    the iterators end and :meth:`read` raises.
+    """
+
+    def __init__(self, uri: str, body: _Body, *, line_limit: int, event_limit: int) -> None:
+        self.uri = uri
+        self.size = body.size
+        self.line_limit = line_limit
+        self.event_limit = event_limit
+        self._body = body
+        self._buf = bytearray()
+        self._pos = 0
+        self._eof = False
+        self._closed = False
+        self._position = 0  # bytes handed to the caller
+        self._received = 0  # bytes taken from the body
+        self._last_id: str | None = None
+        self._retry: int | None = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"at byte {self._position}"
+        return f"<dataio.Stream {redact(self.uri)!r} {state}>"
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def tell(self) -> int:
+        """How many body bytes the caller has been given so far."""
+        return self._position
+
+    def readable(self) -> bool:
+        return True
+
+    # -- the cursor ----------------------------------------------------------------------
+
+    def _next_chunk(self) -> bytes | None:
+        if self._closed or self._eof:
+            return None
+        try:
+            chunk = self._body.next_chunk()
+        except DataioError as exc:
+            self._eof = True
+            if self._closed:  # close() from another thread cut the pending read
+                return None
+            self.close()
+            raise _broken(exc, self._received) from None
+        if chunk is None or self._closed:
+            self._eof = True
+            return None
+        self._received += len(chunk)
+        return chunk
+
+    def _pull(self) -> bool:
+        """Append the next body chunk to the buffer; ``False`` at the end of the body."""
+        chunk = self._next_chunk()
+        if chunk is None:
+            return False
+        if self._pos:
+            del self._buf[: self._pos]
+            self._pos = 0
+        self._buf += chunk
+        return True
+
+    def _take(self, n: int) -> bytes:
+        out = bytes(self._buf[self._pos : self._pos + n])
+        self._pos += len(out)
+        self._position += len(out)
+        if self._pos == len(self._buf):
+            self._buf.clear()
+            self._pos = 0
+        return out
+
+    def _line(self) -> bytes | None:
+        """The next line without its terminator (LF, CRLF or CR), or ``None`` at the end."""
+        scan = self._pos
+        while True:
+            buf = self._buf
+            lf = buf.find(b"\n", scan)
+            cr = buf.find(b"\r", scan, lf if lf >= 0 else len(buf))
+            end = cr if cr >= 0 else lf
+            if end >= 0:
+                width = 1
+                if end == cr:
+                    if end + 1 == len(buf):  # a CR at the buffer's end: is an LF next?
+                        rel = end - self._pos
+                        if self._pull():
+                            scan = self._pos + rel
+                            continue
+                    elif buf[end + 1] == 0x0A:
+                        width = 2
+                self._check_line(end - self._pos)
+                line = self._take(end - self._pos)
+                self._take(width)
+                return line
+            pending = len(buf) - self._pos
+            self._check_line(pending)
+            if not self._pull():
+                return self._take(pending) if pending else None
+            scan = self._pos + pending
+
+    def _check_line(self, length: int) -> None:
+        if length > self.line_limit:
+            self.close()
+            raise DataioError(
+                f"a line of stream {redact(self.uri)!r} is longer than line_limit="
+                f"{self.line_limit} bytes; pass a larger line_limit to dataio.stream(...)"
+            )
+
+    # -- the readers ---------------------------------------------------------------------
+
+    def read(self, size: int = -1) -> bytes:
+        """Up to ``size`` bytes (all the rest when negative); ``b""`` at the end.
+
+        Example:
+            >>> header = dataio.stream("s3://bucket/big.bin").read(512)  # doctest: +SKIP
+        """
+        self._check_open()
+        if size is None or size < 0:
+            return self.read_all()
+        while len(self._buf) - self._pos < size and self._pull():
+            pass
+        return self._take(size)
+
+    def read_all(self) -> bytes:
+        """The rest of the body, materialized as bytes.
+
+        Example:
+            >>> rest = dataio.stream("https://host/file.bin").read_all()  # doctest: +SKIP
+        """
+        self._check_open()
+        parts = [self._take(len(self._buf) - self._pos)]
+        while (chunk := self._next_chunk()) is not None:
+            self._position += len(chunk)
+            parts.append(chunk)
+        return b"".join(parts)
+
+    def iter_bytes(self) -> Iterator[bytes]:
+        """The body's bytes as they arrive (buffered leftovers first).
+
+        Example:
+            >>> for chunk in dataio.stream("s3://bucket/big.bin").iter_bytes():  # doctest: +SKIP
+            ...     digest.update(chunk)
+        """
+        while True:
+            if self._pos < len(self._buf):
+                yield self._take(len(self._buf) - self._pos)
+                continue
+            chunk = self._next_chunk()
+            if chunk is None:
+                return
+            self._position += len(chunk)
+            yield chunk
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self.iter_bytes()
+
+    def iter_lines(self) -> Iterator[str]:
+        """The body's UTF-8 lines, without their terminators (LF, CRLF or CR).
+
+        Example:
+            >>> for line in dataio.stream("https://host/log.txt").iter_lines():  # doctest: +SKIP
+            ...     print(line)
+        """
+        while (raw := self._line()) is not None:
+            yield self._text(raw)
+
+    def iter_sse(self) -> Iterator[SSEEvent]:
+        """The body parsed as Server-Sent Events (``text/event-stream``).
+
+        Comment lines are skipped, blocks without ``data`` dispatch nothing, and an
+        unfinished block at the end of the body is dropped, as browsers do.
+
+        Example:
+            >>> with dataio.stream("http://host/events") as s:  # doctest: +SKIP
+            ...     for event in s.iter_sse():
+            ...         print(event.event, event.data)
+        """
+        while (event := self._next_event()) is not None:
+            yield event
+
+    def _next_event(self) -> SSEEvent | None:
+        data: list[str] = []
+        kind = ""
+        size = 0
+        while True:
+            start = self._position
+            raw = self._line()
+            if raw is None:
+                return None
+            if start == 0 and raw.startswith(_BOM):
+                raw = raw[len(_BOM) :]
+            if not raw:
+                if data:
+                    return SSEEvent(kind or "message", "\n".join(data), self._last_id, self._retry)
+                kind = ""
+                continue
+            size += len(raw) + 1
+            if size > self.event_limit:
+                self.close()
+                raise DataioError(
+                    f"an event of stream {redact(self.uri)!r} is larger than event_limit="
+                    f"{self.event_limit} bytes; pass a larger event_limit to dataio.stream(...)"
+                )
+            line = self._text(raw)
+            if line.startswith(":"):
+                continue
+            name, colon, value = line.partition(":")
+            if colon and value.startswith(" "):
+                value = value[1:]
+            if name == "data":
+                data.append(value)
+            elif name == "event":
+                kind = value
+            elif name == "id" and "\0" not in value:
+                self._last_id = value
+            elif name == "retry" and value.isascii() and value.isdigit():
+                self._retry = int(value)
+
+    def _text(self, raw: bytes) -> str:
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DecodeError(
+                f"stream {redact(self.uri)!r} holds a line that is not UTF-8 ({exc.reason} at "
+                f"byte {exc.start} of {raw[:40]!r}); read it with iter_bytes() instead"
+            ) from None
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise DataioError(
+                f"stream {redact(self.uri)!r} is closed; open a new one to read again"
+            )
+
+    # -- lifetime ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop reading: a pending read is cut short and the connection is released.
+
+        Example:
+            >>> s = dataio.stream("http://host/events")  # doctest: +SKIP
+            >>> s.close()  # doctest: +SKIP
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._buf.clear()
+        self._pos = 0
+        self._body.close()
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+def _broken(exc: DataioError, received: int) -> DataioError:
+    """``exc`` told as a failure part-way through a body, which is never retried."""
+    if received == 0:
+        return exc
+    kind = type(exc) if isinstance(exc, TransportError | TransportTimeoutError) else TransportError
+    return kind(
+        f"{exc} after {received} body bytes; a stream is not retried once its body has "
+        "started: open a new stream to read it again"
+    )
+
+
+def stream(
+    uri: str | os.PathLike[str],
+    *,
+    line_limit: int = DEFAULT_LIMIT,
+    event_limit: int = DEFAULT_LIMIT,
+) -> Stream:
+    """Open an object for sequential reading; the body is read as the caller asks.
+
+    The request is sent and its response headers awaited now, so a missing object
+    raises here. ``configure_transport(scheme, timeout_secs=...)`` bounds each wait
+    for more data (default 30 s), not the time the caller spends between reads.
+
+    Args:
+        uri: a local path, ``file://``, ``s3://``, ``r2://`` or ``http(s)://`` URI.
+        line_limit: the longest line, in bytes, :meth:`Stream.iter_lines` and
+            :meth:`Stream.iter_sse` accept.
+        event_limit: the largest Server-Sent Event, in bytes.
+
+    Raises:
+        NotFoundError: there is no object at ``uri``.
+        TransportError: the server cannot be reached, or breaks off mid-body.
+        TransportTimeoutError: no data arrived within the timeout.
+
+    Example:
+        >>> with dataio.stream("http://127.0.0.1:8000/events") as s:  # doctest: +SKIP
+        ...     for event in s.iter_sse():
+        ...         print(event.data)
+    """
+    for label, value in (("line_limit", line_limit), ("event_limit", event_limit)):
+        if not isinstance(value, int) or value < 1:
+            raise DataioError(f"{label} must be a positive number of bytes, got {value!r}")
+    text = os.fspath(uri)
+    loc = parse(text)
+    if loc.scheme == "file":
+        body: _Body = _LocalBody(loc, text)
+    elif loc.scheme in ("http", "https"):
+        body = _HttpBody(loc, text)
+    else:
+        body = _StoreBody(loc, text)
+    return Stream(text, body, line_limit=line_limit, event_limit=event_limit)
+
+
+# -- bodies --------------------------------------------------------------------------------
+
+
+class _LocalBody(_Body):
+    def __init__(self, loc: Location, uri: str) -> None:
+        def open_file() -> Any:
+            f = open(loc.path, "rb")  # noqa: SIM115 - closed by close()
+            self.size = os.fstat(f.fileno()).st_size
+            return f
+
+        self.uri = uri
+        self._file = call(open_file, uri, "stream")
+
+    def next_chunk(self) -> bytes | None:
+        chunk = call(lambda: self._file.read(_CHUNK), self.uri, "stream")
+        return chunk or None
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _wait_secs(scheme: str) -> float:
+    return transport_for(scheme).timeout_secs or _DEFAULT_WAIT_SECS
+
+
+_stream_stores: dict[int, tuple[ObjectStore, ObjectStore]] = {}
+_stores_lock = threading.Lock()
+
+
+def _stream_store(loc: Location) -> tuple[ObjectStore, dict[str, Any]]:
+    """A copy of the scheme's store for streams, and the retry plan of its opens.
+
+    The copy has no overall request deadline (a stream lasts as long as the caller
+    reads), a per-read timeout instead, and no retries: obstore would otherwise resume
+    a broken body with a second, ranged request.
+    """
+    base = store_for(loc)
+    args, kwargs = base.__getnewargs_ex__()  # type: ignore[union-attr]
+    retry = dict(kwargs.get("retry_config") or {})
+    with _stores_lock:
+        hit = _stream_stores.get(id(base))
+        if hit is not None and hit[0] is base:
+            return hit[1], retry
+    wait = _wait_secs(loc.scheme)
+    client = dict(kwargs.get("client_options") or {})
+    client["timeout"] = timedelta(days=3650)
+    client["read_timeout"] = timedelta(seconds=wait)
+    client.setdefault("connect_timeout", timedelta(seconds=min(wait, 10.0)))
+    options = {**kwargs, "client_options": client, "retry_config": {"max_retries": 0}}
+    copy = type(base)(*args, **options)
+    with _stores_lock:
+        _stream_stores[id(base)] = (base, copy)  # keeps base alive, so its id stays unique
+    return copy, retry
+
+
+def _retrying(open_once: Callable[[], Any], retry: dict[str, Any], uri: str) -> Any:
+    """Open a response, retrying (before any body byte is read) what obstore would retry."""
+    attempts = int(retry.get("max_retries", 3)) + 1
+    backoff = retry.get("backoff") or {}
+    delay = _secs(backoff.get("init_backoff"), 0.05)
+    ceiling = _secs(backoff.get("max_backoff"), 1.0)
+    for attempt in range(attempts):
+        try:
+            return call(open_once, uri, "stream")
+        except (TransportError, TransportTimeoutError, _ServerError) as exc:
+            if attempt + 1 == attempts:
+                if isinstance(exc, _ServerError):
+                    raise DataioError(str(exc)) from None
+                raise
+        time.sleep(delay)  # backoff between attempts, as obstore does
+        delay = min(delay * float(backoff.get("base", 2)), ceiling)
+    raise AssertionError("unreachable")
+
+
+def _secs(value: Any, default: float) -> float:
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return default
+
+
+class _ServerError(DataioError):
+    """A 5xx answer to an open: retried, then reported."""
+
+
+class _StoreBody(_Body):
+    """A body read through obstore (object stores such as S3 and R2)."""
+
+    def __init__(self, loc: Location, uri: str) -> None:
+        import obstore
+
+        self.uri = uri
+        store, retry = _stream_store(loc)
+
+        def open_once() -> Any:
+            try:
+                return obstore.get(store, loc.key)
+            except Exception as exc:
+                error = translate(exc, uri, "stream")
+                if type(error) is DataioError and _status_5xx(str(error)):
+                    raise _ServerError(str(error)) from None
+                raise error from None
+
+        result = _retrying(open_once, retry, uri)
+        self.size = int(result.meta["size"])
+        self._chunks: Any = iter(result.stream(min_chunk_size=1))
+
+    def next_chunk(self) -> bytes | None:
+        chunks = self._chunks
+        if chunks is None:
+            return None
+        try:
+            return bytes(next(chunks))
+        except StopIteration:
+            return None
+        except Exception as exc:
+            error = translate(exc, self.uri, "stream")
+        raise error
+
+    def close(self) -> None:
+        self._chunks = None  # dropping obstore's stream drops the connection
+
+
+def _status_5xx(text: str) -> bool:
+    return re.search(r"\b5\d\d\b", text) is not None
+
+
+class _HttpBody(_Body):
+    """A body read with ``http.client`` through ``urllib`` (proxies from the environment)."""
+
+    def __init__(self, loc: Location, uri: str) -> None:
+        self.uri = uri
+        wait = _wait_secs(loc.scheme)
+        from dataio.io import config
+
+        credentials = config._credentials.get(loc.scheme, {})
+        headers = {"User-Agent": "dataio", "Accept-Encoding": "identity"}
+        if "bearer_token" in credentials:
+            headers["Authorization"] = f"Bearer {credentials['bearer_token']}"
+        retry: dict[str, Any] = {
+            "max_retries": 3,
+            "backoff": {"init_backoff": timedelta(milliseconds=50)},
+        }
+        self._response: Any = _retrying(lambda: _http_open(uri, headers, wait), retry, uri)
+        self._socket = _socket_of(self._response)
+        length = self._response.headers.get("Content-Length")
+        self.size = int(length) if length and length.isdigit() else None
+        self._lock = threading.Lock()
+
+    def next_chunk(self) -> bytes | None:
+        import http.client
+
+        response = self._response
+        if response is None:
+            return None
+        try:
+            chunk = response.read1(_CHUNK)
+        except http.client.IncompleteRead:
+            raise TransportError(
+                f"stream {redact(self.uri)!r} failed: the server closed the connection "
+                "before the body ended"
+            ) from None
+        except TimeoutError:
+            raise TransportTimeoutError(
+                f"stream {redact(self.uri)!r} timed out waiting for data; raise the limit with "
+                "dataio.configure_transport(scheme, timeout_secs=...)"
+            ) from None
+        except (OSError, ValueError, http.client.HTTPException) as exc:
+            if self._response is None:  # closed under us
+                return None
+            raise TransportError(
+                f"stream {redact(self.uri)!r} failed: the server went away ({type(exc).__name__})"
+            ) from None
+        return chunk or None
+
+    def close(self) -> None:
+        with self._lock:
+            response, self._response = self._response, None
+        if response is None:
+            return
+        if self._socket is not None:
+            with contextlib.suppress(OSError):
+                self._socket.shutdown(socket.SHUT_RDWR)  # wakes a read blocked in another thread
+        with contextlib.suppress(Exception):
+            response.close()
+
+
+def _http_open(uri: str, headers: dict[str, str], wait: float) -> Any:
+    import urllib.error
+    import urllib.request
+
+    opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=_tls_context()))
+    request = urllib.request.Request(uri, headers=headers)
+    try:
+        return opener.open(request, timeout=wait)
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        code = exc.code
+        if code in (404, 410):
+            raise NotFoundError(
+                f"no object at {redact(uri)!r}; check the path, bucket and key"
+            ) from None
+        if code >= 500:
+            raise _ServerError(f"stream {redact(uri)!r} failed: HTTP {code} {exc.reason}") from None
+        raise translate(RuntimeError(f"{code} {exc.reason}"), uri, "stream") from None
+    except urllib.error.URLError as exc:
+        reason = exc.reason
+        if isinstance(reason, OSError):
+            raise reason from None  # call() turns it into a transport error
+        raise DataioError(f"stream {redact(uri)!r} failed: {reason}") from None
+
+
+def _tls_context() -> ssl.SSLContext:
+    """The roots of ``SSL_CERT_FILE`` (or ``AWS_CA_BUNDLE``) when set, else the system's."""
+    import ssl
+
+    bundle = os.environ.get("SSL_CERT_FILE") or os.environ.get("AWS_CA_BUNDLE")
+    try:
+        return ssl.create_default_context(cafile=bundle or None)
+    except (OSError, ssl.SSLError) as exc:
+        raise DataioError(
+            f"the TLS root bundle {bundle!r} cannot be loaded ({exc}); point SSL_CERT_FILE "
+            "at a readable PEM file"
+        ) from None
+
+
+def _socket_of(response: Any) -> socket.socket | None:
+    raw = getattr(getattr(response, "fp", None), "raw", None)
+    sock = getattr(raw, "_sock", None)
+    return sock if isinstance(sock, socket.socket) else None

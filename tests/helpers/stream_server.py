@@ -1,0 +1,147 @@
+"""A scripted HTTP server on 127.0.0.1 for streaming tests.
+
+Each route sends its body as a list of pieces, chunked (as Server-Sent Events servers do)
+or with a ``Content-Length``. A route can hold back a piece until the test sets an event
+(a stall), cut the connection after some pieces (a dying server), and the server counts
+requests and the body bytes it managed to send. It also answers path-style S3 GETs
+(``/bucket/key``), so obstore's S3 client can read from it with faults injected.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from helpers.object_servers import free_port
+
+
+@dataclass
+class Script:
+    """What one route answers.
+
+    ``hold`` maps a piece index to an event the server waits for before sending that
+    piece; ``die_after`` cuts the connection once that many pieces went out; ``sent``
+    is set each time a piece has been flushed (``reached[i]`` after piece ``i``).
+    """
+
+    pieces: list[bytes]
+    chunked: bool = True
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    hold: dict[int, threading.Event] = field(default_factory=dict)
+    die_after: int | None = None
+    reached: list[threading.Event] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.reached = [threading.Event() for _ in self.pieces]
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(self.pieces)
+
+
+def split(data: bytes, size: int) -> list[bytes]:
+    """``data`` cut into pieces of ``size`` bytes (the last may be shorter)."""
+    return [data[i : i + size] for i in range(0, len(data), size)] or [b""]
+
+
+class StreamHandler(BaseHTTPRequestHandler):
+    server: StreamServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        server = self.server
+        with server.lock:
+            server.requests.append((self.command, self.path))
+        script = server.routes.get(self.path)
+        if script is None:
+            self._plain(404, b"not found")
+            return
+        self.send_response(script.status)
+        headers = {
+            "ETag": f'"{abs(hash(script.body)):x}"',
+            "Last-Modified": "Wed, 21 Oct 2015 07:28:00 GMT",
+            **script.headers,
+        }
+        for key, value in headers.items():
+            self.send_header(key, value)
+        if script.chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+        else:
+            self.send_header("Content-Length", str(len(script.body)))
+        self.end_headers()
+        try:
+            self._send(script)
+        except OSError:  # the client went away: stop sending
+            self.close_connection = True
+
+    def _send(self, script: Script) -> None:
+        for index, piece in enumerate(script.pieces):
+            gate = script.hold.get(index)
+            if gate is not None:
+                gate.wait()
+                if self.server.stopping.is_set():
+                    raise ConnectionAbortedError
+            if script.chunked:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece) if piece else b"")
+            else:
+                self.wfile.write(piece)
+            self.wfile.flush()
+            with self.server.lock:
+                self.server.sent[self.path] = self.server.sent.get(self.path, 0) + len(piece)
+            script.reached[index].set()
+            if script.die_after is not None and index + 1 >= script.die_after:
+                self.connection.shutdown(socket.SHUT_RDWR)
+                self.close_connection = True
+                return
+        if script.chunked:
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+
+    def _plain(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class StreamServer(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", free_port()), StreamHandler)
+        self.routes: dict[str, Script] = {}
+        self.requests: list[tuple[str, str]] = []
+        self.sent: dict[str, int] = {}
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.serve_forever, args=(0.02,), daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def gets(self, path: str) -> int:
+        """How many GETs reached ``path``."""
+        with self.lock:
+            return sum(1 for method, p in self.requests if method == "GET" and p == path)
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # clients that give up are part of the tests
+
+    def stop(self) -> None:
+        """Release every held piece, stop accepting and close the socket."""
+        self.stopping.set()
+        for script in self.routes.values():
+            for gate in script.hold.values():
+                gate.set()
+        self.shutdown()
+        self.server_close()
+        self.thread.join(5)
