@@ -20,7 +20,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from dataio.exceptions import DataioError, NotFoundError, PlanError
+from dataio.exceptions import NotFoundError, PlanError
 from dataio.expr import AGGREGATES, Expr, col
 from dataio.frame_plan import (
     Aggregate,
@@ -593,13 +593,10 @@ def _spec(path: PathSpec) -> tuple[str, ...]:
     else:
         raise PlanError(f"scans take a path, a glob, a directory or a list of them, got {path!r}")
     for item in items:
-        if item.startswith("file://"):
-            continue
-        if "://" in item:
-            scheme = item.split("://", 1)[0]
-            raise DataioError(
-                f"cannot scan {item!r}: {scheme}:// URIs are not supported yet; use a local path"
-            )
+        if "://" in item and not item.startswith("file://"):
+            from dataio.io.uri import parse
+
+            parse(item)  # an unsupported scheme fails here, naming the choices
     return tuple(i[len("file://") :] if i.startswith("file://") else i for i in items)
 
 
@@ -608,10 +605,15 @@ def _format_of(path: str) -> str:
     for fmt, extensions in EXTENSIONS.items():
         if lowered.endswith(extensions):
             return fmt
-    if os.path.isdir(path):
-        for fmt, extensions in EXTENSIONS.items():
-            if any(f.lower().endswith(extensions) for _, _, fs in os.walk(path) for f in fs):
-                return fmt
+    if "://" in path:
+        from dataio.io.verbs import glob
+
+        names = glob(path.rstrip("/") + "/**")
+    else:
+        names = [f for _, _, fs in os.walk(path) for f in fs] if os.path.isdir(path) else []
+    for fmt, extensions in EXTENSIONS.items():
+        if any(name.lower().endswith(extensions) for name in names):
+            return fmt
     raise PlanError(
         f"cannot tell the format of {path!r} from its extension; pass format= "
         f"(one of {list(EXTENSIONS)})"
@@ -621,6 +623,9 @@ def _format_of(path: str) -> str:
 def _resolve(items: Sequence[str], fmt: str) -> list[str]:
     files: list[str] = []
     for item in items:
+        if "://" in item:
+            files += _resolve_remote(item, fmt)
+            continue
         if any(c in item for c in "*?["):
             found = sorted(p for p in globlib.glob(item, recursive=True) if os.path.isfile(p))
             if not found:
@@ -644,3 +649,31 @@ def _resolve(items: Sequence[str], fmt: str) -> list[str]:
         else:
             raise NotFoundError(f"scan_{fmt}: no such file or directory {item!r}")
     return files
+
+
+def _resolve_remote(item: str, fmt: str) -> list[str]:
+    """The objects a remote path names: a pattern, a prefix ending in ``/``, or one object."""
+    from dataio.io.verbs import exists, glob
+
+    def of_format(uris: list[str]) -> list[str]:
+        names = [(u, u.rsplit("/", 1)[-1]) for u in uris]
+        return sorted(
+            u
+            for u, name in names
+            if name.lower().endswith(EXTENSIONS[fmt]) and not name.startswith((".", "_"))
+        )
+
+    if any(c in item for c in "*?["):
+        found = glob(item)
+        if not found:
+            raise NotFoundError(f"scan_{fmt}: the pattern {item!r} matched no objects")
+        return found
+    if not item.endswith("/") and exists(item):
+        return [item]
+    found = of_format(glob(item.rstrip("/") + "/**"))
+    if not found:
+        raise NotFoundError(
+            f"scan_{fmt}: no object {item!r} and no {fmt} objects under it "
+            f"({', '.join(EXTENSIONS[fmt])})"
+        )
+    return found

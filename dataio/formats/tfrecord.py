@@ -12,6 +12,7 @@ record number and its byte offset.
 
 from __future__ import annotations
 
+import io
 import os
 import struct
 from collections.abc import Iterator
@@ -108,10 +109,16 @@ def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
 
 def _records(path: str, verify: bool) -> Iterator[tuple[int, int, bytes]]:
     """``(record number, byte offset, data)`` for each record of a file."""
-    try:
-        handle = open(path, "rb")  # noqa: SIM115 - closed in the finally below
-    except FileNotFoundError:
-        raise NotFoundError(f"no such TFRecord file {path!r}") from None
+    handle: Any
+    if "://" in path and not path.startswith("file://"):
+        from dataio.io.read import read_bytes
+
+        handle = io.BytesIO(read_bytes(path))  # NotFoundError names the URI
+    else:
+        try:
+            handle = open(path, "rb")  # noqa: SIM115 - closed in the finally below
+        except FileNotFoundError:
+            raise NotFoundError(f"no such TFRecord file {path!r}") from None
     try:
         offset = 0
         number = 0
