@@ -555,30 +555,34 @@ class _HttpBody(_Body):
         self._lock = threading.Lock()
 
     def next_chunk(self) -> bytes | None:
-        import http.client
 
         response = self._response
         if response is None:
             return None
         try:
             chunk = response.read1(_CHUNK)
-        except http.client.IncompleteRead:
-            raise TransportError(
-                f"stream {redact(self.uri)!r} failed: the server closed the connection "
-                "before the body ended"
-            ) from None
-        except TimeoutError:
-            raise TransportTimeoutError(
-                f"stream {redact(self.uri)!r} timed out waiting for data; raise the limit with "
-                "dataio.configure_transport(scheme, timeout_secs=...)"
-            ) from None
-        except (OSError, ValueError, http.client.HTTPException) as exc:
-            if self._response is None:  # closed under us
+        except Exception as exc:  # http.client raises many kinds when a socket breaks
+            if self._response is None:  # close() from another thread cut this read
                 return None
-            raise TransportError(
-                f"stream {redact(self.uri)!r} failed: the server went away ({type(exc).__name__})"
-            ) from None
+            raise self._error(exc) from None
         return chunk or None
+
+    def _error(self, exc: Exception) -> DataioError:
+        import http.client
+
+        target = redact(self.uri)
+        if isinstance(exc, TimeoutError):
+            return TransportTimeoutError(
+                f"stream {target!r} timed out waiting for data; raise the limit with "
+                "dataio.configure_transport(scheme, timeout_secs=...)"
+            )
+        if isinstance(exc, http.client.IncompleteRead):
+            return TransportError(
+                f"stream {target!r} failed: the server closed the connection before the body ended"
+            )
+        return TransportError(
+            f"stream {target!r} failed: the server went away ({type(exc).__name__})"
+        )
 
     def close(self) -> None:
         with self._lock:
@@ -595,8 +599,17 @@ class _HttpBody(_Body):
 def _http_open(uri: str, headers: dict[str, str], wait: float) -> Any:
     import urllib.error
     import urllib.request
+    from urllib.parse import urlsplit
 
-    opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=_tls_context()))
+    from dataio.io.network import proxy_for
+
+    parts = urlsplit(uri)
+    proxy = proxy_for(f"{parts.scheme}://{parts.netloc}")
+    opener = urllib.request.build_opener(
+        # the same proxy decision obstore's requests get; {} means a direct connection
+        urllib.request.ProxyHandler({parts.scheme: proxy} if proxy else {}),
+        urllib.request.HTTPSHandler(context=_tls_context()),
+    )
     request = urllib.request.Request(uri, headers=headers)
     try:
         return opener.open(request, timeout=wait)
@@ -618,17 +631,14 @@ def _http_open(uri: str, headers: dict[str, str], wait: float) -> Any:
 
 
 def _tls_context() -> ssl.SSLContext:
-    """The roots of ``SSL_CERT_FILE`` (or ``AWS_CA_BUNDLE``) when set, else the system's."""
+    """The TLS roots obstore's requests use: the bundle of ``SSL_CERT_FILE`` (else
+    ``AWS_CA_BUNDLE``) in place of the system roots when set."""
     import ssl
 
-    bundle = os.environ.get("SSL_CERT_FILE") or os.environ.get("AWS_CA_BUNDLE")
-    try:
-        return ssl.create_default_context(cafile=bundle or None)
-    except (OSError, ssl.SSLError) as exc:
-        raise DataioError(
-            f"the TLS root bundle {bundle!r} cannot be loaded ({exc}); point SSL_CERT_FILE "
-            "at a readable PEM file"
-        ) from None
+    from dataio.io.network import _tls_options
+
+    pem = _tls_options(os.environ).get("root_certificate")
+    return ssl.create_default_context(cadata=pem) if pem else ssl.create_default_context()
 
 
 def _socket_of(response: Any) -> socket.socket | None:

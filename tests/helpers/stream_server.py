@@ -57,7 +57,7 @@ class StreamHandler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         server = self.server
         with server.lock:
-            server.requests.append((self.command, self.path))
+            server.requests.append((self.command, self.path, dict(self.headers)))
         script = server.routes.get(self.path)
         if script is None:
             self._plain(404, b"not found")
@@ -117,7 +117,7 @@ class StreamServer(ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", free_port()), StreamHandler)
         self.routes: dict[str, Script] = {}
-        self.requests: list[tuple[str, str]] = []
+        self.requests: list[tuple[str, str, dict[str, str]]] = []
         self.sent: dict[str, int] = {}
         self.lock = threading.Lock()
         self.stopping = threading.Event()
@@ -131,7 +131,7 @@ class StreamServer(ThreadingHTTPServer):
     def gets(self, path: str) -> int:
         """How many GETs reached ``path``."""
         with self.lock:
-            return sum(1 for method, p in self.requests if method == "GET" and p == path)
+            return sum(1 for method, p, _ in self.requests if method == "GET" and p == path)
 
     def handle_error(self, request: object, client_address: object) -> None:
         pass  # clients that give up are part of the tests

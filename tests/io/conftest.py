@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from helpers.object_servers import MotoServer, RangeServer
 from helpers.proxy_server import ProxyServer
+from helpers.stream_server import StreamServer
 from helpers.tls_server import Authority, TLSRangeServer, make_ca
 from helpers.webdav_server import WebDAVServer
 
@@ -135,3 +136,22 @@ def webdav(webdav_server: WebDAVServer, request: pytest.FixtureRequest) -> str:
     name = request.node.name.replace("[", "-").replace("]", "")
     (webdav_server.root / name).mkdir()
     return f"{webdav_server.url}/{name}"
+
+
+@pytest.fixture
+def stream_server() -> Iterator[StreamServer]:
+    """A scripted server for streaming tests (chunked bodies, stalls, dying mid-body)."""
+    server = StreamServer()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def scripted_s3(stream_server: StreamServer) -> StreamServer:
+    """The scripted server standing in for an S3 endpoint (anonymous requests), so the
+    obstore path of streams meets the same faults; routes are ``/bucket/key``."""
+    dio.configure_endpoint("s3", stream_server.url, region="us-east-1")
+    dio.configure_credentials("s3", method="anonymous")
+    return stream_server
