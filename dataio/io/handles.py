@@ -76,7 +76,7 @@ class Reader:
                     source = _tar_member(source, arg, self.uri, stack)
             try:
                 return source.read()
-            except (OSError, EOFError, zlib.error) as exc:
+            except (OSError, EOFError, zlib.error, tarfile.TarError) as exc:
                 raise _not_readable(exc, self.uri) from None
 
     def _open(self) -> Any:

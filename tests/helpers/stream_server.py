@@ -58,6 +58,16 @@ class StreamHandler(BaseHTTPRequestHandler):
         server = self.server
         with server.lock:
             server.requests.append((self.command, self.path, dict(self.headers)))
+            server.active += 1
+        try:
+            self._answer()
+        finally:
+            with server.lock:
+                server.active -= 1
+                server.idle.notify_all()
+
+    def _answer(self) -> None:
+        server = self.server
         script = server.routes.get(self.path)
         if script is None:
             self._plain(404, b"not found")
@@ -120,6 +130,8 @@ class StreamServer(ThreadingHTTPServer):
         self.requests: list[tuple[str, str, dict[str, str]]] = []
         self.sent: dict[str, int] = {}
         self.lock = threading.Lock()
+        self.idle = threading.Condition(self.lock)
+        self.active = 0  # requests being answered
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self.serve_forever, args=(0.02,), daemon=True)
         self.thread.start()
@@ -132,6 +144,12 @@ class StreamServer(ThreadingHTTPServer):
         """How many GETs reached ``path``."""
         with self.lock:
             return sum(1 for method, p, _ in self.requests if method == "GET" and p == path)
+
+    def wait_idle(self, timeout: float = 10) -> bool:
+        """Wait until no request is being answered (a client that hung up ends its reply
+        at the next write); whether that happened in time."""
+        with self.idle:
+            return self.idle.wait_for(lambda: self.active == 0, timeout)
 
     def handle_error(self, request: object, client_address: object) -> None:
         pass  # clients that give up are part of the tests

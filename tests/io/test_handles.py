@@ -2,10 +2,12 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import tarfile
 
 import numpy as np
 import pytest
+from helpers.stream_server import Script, StreamServer, split
 
 import dataio.io as dio
 from dataio.exceptions import DecodeError, NotFoundError
@@ -66,3 +68,64 @@ def test_writer_uploads_in_parts_and_shows_nothing_on_failure(
         assert w.write_chunks(part for _ in range(4)) == 4 * len(part)
         w.write(b"tail")
     assert dio.read(uri) == part * 4 + b"tail"
+
+
+def make_tar(entries: dict[str, bytes]) -> bytes:
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as archive:
+        for name, data in entries.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return raw.getvalue()
+
+
+@pytest.mark.parametrize("scheme", ["http", "s3"])
+def test_an_early_tar_member_does_not_download_the_rest(
+    scheme: str, stream_server: StreamServer, request: pytest.FixtureRequest
+) -> None:
+    first, bulk = os.urandom(100_000), os.urandom(48 << 20)  # incompressible
+    archive = gzip.compress(make_tar({"0001.jpg": first, "0002.bin": bulk}), compresslevel=0)
+    path = "/objects/shard.tar.gz"
+    uri = f"{stream_server.url}{path}"
+    if scheme == "s3":
+        request.getfixturevalue("scripted_s3")
+        path, uri = "/bucket/shard.tar.gz", "s3://bucket/shard.tar.gz"
+    stream_server.routes[path] = Script(split(archive, 64 << 10), chunked=False)
+    for chain in (
+        dio.reader(uri).gunzip().tar_entry("0001.jpg"),
+        dio.reader(uri).tar_entry("0001.jpg"),
+    ):
+        before = stream_server.sent.get(path, 0)
+        assert chain.read_all() == first
+        assert stream_server.wait_idle()  # the reply ended: the client hung up
+        # what socket buffers absorbed, not the archive
+        assert stream_server.sent[path] - before < len(archive) // 4
+    assert stream_server.gets(path) == 2
+
+
+def test_chained_steps_stream_through_nested_archives(base: str) -> None:
+    inner = make_tar({"a.txt": b"alpha", "b.txt": b"beta" * 1000})
+    outer = make_tar({"skip.bin": b"\0" * 5000, "inner.tar.gz": gzip.compress(inner)})
+    uri = f"{base}/nested.tar"
+    dio.write(uri, outer)
+    chain = dio.reader(uri).tar_entry("inner.tar.gz").gunzip().tar_entry("b.txt")
+    assert chain.read_all() == b"beta" * 1000
+    assert dio.reader(uri).tar_entry("inner.tar.gz").tar_entry("a.txt").read_all() == b"alpha"
+    assert dio.reader(uri).tar_entry("inner.tar.gz").gunzip().read_all() == inner
+    with pytest.raises(NotFoundError, match=r"\['skip\.bin', 'inner\.tar\.gz'\]"):
+        dio.reader(uri).tar_entry("nope").read_all()
+
+
+def test_broken_archives_are_decode_errors(base: str) -> None:
+    whole = gzip.compress(make_tar({"a.txt": b"alpha" * 10_000}))
+    dio.write(f"{base}/cut.tar.gz", whole[: len(whole) // 2])
+    dio.write(f"{base}/plain.bin", b"not an archive at all" * 100)
+    with pytest.raises(DecodeError, match=r"cut\.tar\.gz"):
+        dio.reader(f"{base}/cut.tar.gz").gunzip().read_all()
+    with pytest.raises(DecodeError, match=r"cut\.tar\.gz"):
+        dio.reader(f"{base}/cut.tar.gz").tar_entry("a.txt").read_all()
+    with pytest.raises(DecodeError, match=r"plain\.bin"):
+        dio.reader(f"{base}/plain.bin").tar_entry("a.txt").read_all()
+    with pytest.raises(DecodeError, match=r"plain\.bin"):
+        dio.reader(f"{base}/plain.bin").gunzip().read_all()

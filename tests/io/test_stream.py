@@ -183,14 +183,14 @@ def test_a_slow_consumer_outlives_the_timeout(
     stream_server: StreamServer, scripted: tuple[str, str]
 ) -> None:
     scheme, path = scripted
-    dio.configure_transport(scheme, timeout_secs=0.3)
-    lines = [f"event {i}\n".encode() for i in range(4)]
+    dio.configure_transport(scheme, timeout_secs=0.2)
+    lines = [f"event {i}\n".encode() for i in range(3)]
     uri = route(stream_server, path, Script(lines, chunked=scheme == "http"))
     got = []
     with dio.stream(uri) as s:
         for line in s.iter_lines():
             got.append(line)
-            time.sleep(0.5)  # the caller's own work, longer than the timeout
+            time.sleep(0.35)  # the caller's own work, longer than the timeout
     assert got == [line.decode().strip() for line in lines]
 
 
