@@ -1,0 +1,293 @@
+"""Object-store reads on loopback S3 (moto): dataio vs raw obstore vs boto3.
+
+Two cases, each one pass per round over the same objects of a moto server on 127.0.0.1:
+
+* ``large``: one object (256 MiB by default) read whole into memory:
+  ``dataio.read`` (which splits it into ranged requests pinned to the ETag), the same
+  with ``readall_concurrency=1`` (one request), raw ``obstore.get(store, key).bytes()``
+  (one request), and boto3 ``get_object()["Body"].read()``;
+* ``small``: 2,000 small JPEGs (about 16-100 KiB, from ``dataio.testing.make_jpegs``)
+  read through a dataio pipeline (``slot("data").decode_bytes()``, ``batch(64)``) bound to
+  their ``s3://`` URIs, vs boto3 ``get_object`` on a ``ThreadPoolExecutor``.
+
+Contenders alternate round by round, so a noisy neighbour slows all of them alike; the
+table gives the median rate over the rounds. moto is a Python server on the same host,
+so it shares the cores with the client: the numbers compare clients under that one
+server, not S3's own throughput. Run from the repository root::
+
+    .venv/bin/python benchmarks/object_io.py [--rounds R] [--large-mib M] [--objects N]
+
+Nothing here asserts on timings; the targets are printed as met or not met.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from _common import (
+    BENCH_DATA,
+    Contender,
+    format_table,
+    interleave,
+    machine_lines,
+    median,
+    mib,
+)
+
+import dataio
+from dataio.engine.pool import cpu_workers
+from dataio.testing import make_jpegs
+
+BUCKET = "object-io-bench"
+ACCESS_KEY, SECRET_KEY = "AKIABENCHOBJECTIO", "bench-secret"
+REGION = "us-east-1"
+BATCH = 64
+TARGET_VS_OBSTORE = 0.90  # dataio's large read within 10% of raw obstore
+TARGET_VS_BOTO3 = 1.0  # ahead of boto3 on both cases
+PACKAGES = ("obstore", "boto3", "botocore", "moto", "psutil")
+
+
+# -- the server ------------------------------------------------------------------------
+
+
+@contextmanager
+def moto_server() -> Iterator[str]:
+    """``moto_server`` on a free loopback port for the ``with`` block; yields its URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    exe = Path(sys.executable).with_name("moto_server")
+    process = subprocess.Popen(
+        [str(exe), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("moto_server did not start") from None
+                time.sleep(0.05)
+        url = f"http://127.0.0.1:{port}"
+        request = urllib.request.Request(f"{url}/{BUCKET}", data=b"", method="PUT")
+        with urllib.request.urlopen(request, timeout=10):
+            pass
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+
+# -- clients ---------------------------------------------------------------------------
+
+
+def boto3_client(url: str, threads: int) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3",
+        endpoint_url=url,
+        region_name=REGION,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET_KEY,
+        config=Config(max_pool_connections=threads),
+    )
+
+
+def obstore_store(url: str) -> Any:
+    from obstore.store import S3Store
+
+    return S3Store(
+        BUCKET,
+        config={
+            "endpoint": url,
+            "region": REGION,
+            "access_key_id": ACCESS_KEY,
+            "secret_access_key": SECRET_KEY,
+        },
+        client_options={"allow_http": True},
+    )
+
+
+def configure_dataio(url: str) -> None:
+    dataio.configure_endpoint("s3", url, region=REGION)
+    dataio.configure_credentials("s3", access_key_id=ACCESS_KEY, secret_access_key=SECRET_KEY)
+
+
+# -- data ------------------------------------------------------------------------------
+
+
+def small_files(count: int) -> list[Path]:
+    """JPEGs of about 16-100 KiB, generated once into ``.bench-data/``."""
+    return make_jpegs(BENCH_DATA / "object-io", count, min_side=300, max_side=760, seed=7)
+
+
+def upload(store: Any, large_bytes: int, files: Sequence[Path]) -> tuple[str, list[str]]:
+    """Put the large object and the small ones; return their keys."""
+    import obstore
+
+    large_key = f"large/{large_bytes}.bin"
+    obstore.put(store, large_key, os.urandom(large_bytes))
+    keys = [f"small/{p.name}" for p in files]
+    with ThreadPoolExecutor(8) as pool:
+        list(
+            pool.map(
+                lambda kp: obstore.put(store, kp[0], kp[1].read_bytes()),
+                zip(keys, files, strict=True),
+            )
+        )
+    return large_key, keys
+
+
+# -- contenders ------------------------------------------------------------------------
+
+
+def large_contenders(url: str, key: str, size: int, threads: int) -> list[Contender]:
+    import obstore
+
+    store = obstore_store(url)
+    client = boto3_client(url, threads)
+    uri = f"s3://{BUCKET}/{key}"
+
+    def via_dataio() -> tuple[int, str]:
+        return len(dataio.read(uri)), "bytes"
+
+    def via_dataio_single() -> tuple[int, str]:
+        # one request, as raw obstore makes: shows what the range split costs or gains
+        dataio.configure_transport("s3", readall_concurrency=1)
+        try:
+            return len(dataio.read(uri)), "bytes"
+        finally:
+            dataio.configure_transport("s3")
+
+    def via_obstore() -> tuple[int, str]:
+        return len(obstore.get(store, key).bytes()), "obstore.Bytes"
+
+    def via_boto3() -> tuple[int, str]:
+        return len(client.get_object(Bucket=BUCKET, Key=key)["Body"].read()), "bytes"
+
+    return [
+        Contender("dataio.read", via_dataio, size),
+        Contender("dataio.read unsplit", via_dataio_single, size),
+        Contender("obstore get().bytes()", via_obstore, size),
+        Contender("boto3 get_object", via_boto3, size),
+    ]
+
+
+def small_contenders(url: str, keys: Sequence[str], threads: int) -> list[Contender]:
+    client = boto3_client(url, threads)
+    records = [{"data": f"s3://{BUCKET}/{key}"} for key in keys]
+    pipe = dataio.pipeline(dataio.slot("data").decode_bytes(), dataio.batch(BATCH))
+
+    def via_dataio() -> tuple[int, str]:
+        count = total = 0
+        with pipe.bind(records).run("numpy") as loader:
+            for batch in loader:
+                values = batch["data"]
+                count += len(values)
+                total += sum(len(v) for v in values)
+        return count, mib(total)
+
+    def get(key: str) -> int:
+        return len(client.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+
+    def via_boto3() -> tuple[int, str]:
+        with ThreadPoolExecutor(threads) as pool:
+            sizes = list(pool.map(get, keys))
+        return len(sizes), mib(sum(sizes))
+
+    return [
+        Contender("dataio pipeline", via_dataio, len(keys)),
+        Contender(f"boto3 x{threads} threads", via_boto3, len(keys)),
+    ]
+
+
+# -- report ----------------------------------------------------------------------------
+
+
+def rows_for(
+    case: str, contenders: Sequence[Contender], unit: Callable[[float], str]
+) -> list[list[str]]:
+    by_name = {c.name.split()[0].split(".")[0]: c for c in contenders}
+    rows = []
+    for c in contenders:
+        versus = [
+            f"{c.rate() / by_name[other].rate():.2f}" if other in by_name else "-"
+            for other in ("obstore", "boto3")
+        ]
+        rows.append([case, c.name, unit(c.rate()), *versus, mib(max(c.growth)), c.output])
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--large-mib", type=int, default=256)
+    parser.add_argument("--objects", type=int, default=2000)
+    parser.add_argument("--threads", type=int, default=16, help="boto3 thread pool size")
+    args = parser.parse_args(argv)
+    large_bytes = args.large_mib << 20
+
+    for line in machine_lines(PACKAGES):
+        print(line)
+    files = small_files(args.objects)
+    sizes = [p.stat().st_size for p in files]
+    print(
+        f"data:     1 object of {mib(large_bytes)}; {len(files)} JPEGs of "
+        f"{min(sizes) >> 10}-{max(sizes) >> 10} KiB (median {median(sizes) / 1024:.0f} KiB); "
+        f"dataio pool {cpu_workers()} threads, boto3 pool {args.threads} threads"
+    )
+    with moto_server() as url:
+        configure_dataio(url)
+        large_key, keys = upload(obstore_store(url), large_bytes, files)
+        print("large object:", flush=True)
+        large = large_contenders(url, large_key, large_bytes, args.threads)
+        interleave(large, args.rounds, unit="bytes")
+        print("small objects:", flush=True)
+        small = small_contenders(url, keys, args.threads)
+        interleave(small, args.rounds, unit="objects")
+
+    def mbps(rate: float) -> str:
+        return f"{rate / 1e6:,.0f} MB/s"
+
+    def ops(rate: float) -> str:
+        return f"{rate:,.0f} obj/s"
+
+    rows = rows_for("large", large, mbps) + rows_for("small", small, ops)
+    headers = ["case", "contender", "median", "vs obstore", "vs boto3", "RSS growth", "output"]
+    print()
+    print(format_table(headers, rows))
+    print(f"medians over {args.rounds} rounds; RSS growth: peak minus RSS at the pass start")
+    print(f"load average after: {', '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    checks = [
+        ("large: dataio >= 0.90 x obstore", large[0].rate() / large[2].rate(), TARGET_VS_OBSTORE),
+        ("large: dataio > boto3", large[0].rate() / large[3].rate(), TARGET_VS_BOTO3),
+        ("small: dataio > boto3", small[0].rate() / small[1].rate(), TARGET_VS_BOTO3),
+    ]
+    for label, ratio, target in checks:
+        verdict = "met" if ratio >= target else "NOT met"
+        print(f"target {label}: {ratio:.2f} -> {verdict}")
+
+
+if __name__ == "__main__":
+    main()
