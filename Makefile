@@ -3,7 +3,13 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: demo test lint typecheck unit bench clean system-deps
+.PHONY: demo test lint typecheck unit bench clean system-deps tools
+
+# Azurite (the Azure Blob emulator) for the az:// tests, from npm into a git-ignored
+# folder. 3.36+ needs node >= 21; Debian's node is 20.
+AZURITE_VERSION := 3.35.0
+TOOLS := .tools
+AZURITE_STAMP := $(TOOLS)/.azurite-$(AZURITE_VERSION)
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -30,6 +36,21 @@ system-deps:
 		fi; \
 	fi
 
+# node and npm from Debian's packages when missing, then azurite from npm.
+$(AZURITE_STAMP):
+	@if ! command -v npm >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; \
+		else \
+			echo "make test needs node and npm for azurite: sudo apt-get install nodejs npm"; exit 1; \
+		fi; \
+	fi
+	mkdir -p $(TOOLS)
+	npm install --prefix $(TOOLS) --no-audit --no-fund --loglevel=error azurite@$(AZURITE_VERSION)
+	touch $@
+
+tools: $(AZURITE_STAMP)
+
 lint: $(VENV)/.test
 	$(PY) -m ruff check dataio tests examples benchmarks
 	$(PY) -m ruff format --check dataio tests examples benchmarks
@@ -37,13 +58,13 @@ lint: $(VENV)/.test
 typecheck: $(VENV)/.test
 	$(PY) -m mypy
 
-unit: $(VENV)/.test
+unit: $(VENV)/.test tools
 	$(PY) -m pytest
 
-test: system-deps lint typecheck unit
+test: system-deps tools lint typecheck unit
 
 bench: $(VENV)/.test
 	$(PY) benchmarks/image_pipeline.py
 
 clean:
-	rm -rf $(VENV) .demo-data .bench-data
+	rm -rf $(VENV) .demo-data .bench-data $(TOOLS)

@@ -7,12 +7,15 @@ stores are thread-safe and hold the connection pool.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import threading
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import quote, unquote, urlsplit
 
 from dataio.exceptions import DataioError
 from dataio.io.uri import SCHEMES, Location
@@ -25,6 +28,8 @@ __all__ = [
     "configure_credentials",
     "configure_endpoint",
     "configure_transport",
+    "credentials_for",
+    "endpoint_for",
     "redact",
     "store_for",
     "transport_for",
@@ -33,7 +38,47 @@ __all__ = [
 log = logging.getLogger("dataio.io")
 
 _S3_LIKE = ("s3", "r2")
-_SECRET_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "HF_TOKEN")
+_SECRET_ENV = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AZURE_STORAGE_ACCOUNT_KEY",
+    "AZURE_STORAGE_ACCESS_KEY",
+    "AZURE_STORAGE_MASTER_KEY",
+    "AZURE_STORAGE_SAS_KEY",
+    "AZURE_STORAGE_SAS_TOKEN",
+    "AZURE_STORAGE_TOKEN",
+    "AZURE_CLIENT_SECRET",
+    "GOOGLE_SERVICE_ACCOUNT_KEY",
+    "GOOGLE_BEARER_TOKEN",
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+)
+# configured values that name things rather than prove identity: shown in messages
+_PUBLIC_KEYS = ("method", "account_name", "service_account_path")
+# the keys each scheme accepts, besides method (and account_name for az)
+_KEYS = {
+    "s3": ("access_key_id", "secret_access_key", "session_token"),
+    "r2": ("access_key_id", "secret_access_key", "session_token"),
+    "gs": ("service_account_path", "service_account_key", "bearer_token"),
+    "az": ("account_name", "account_key", "sas_token", "bearer_token"),
+    "hf": ("bearer_token",),
+    "http": ("bearer_token",),
+    "https": ("bearer_token",),
+}
+# environment variables each scheme's stores read, so a change builds a new store
+_ENV_PREFIXES = {
+    "s3": ("AWS_",),
+    "r2": ("AWS_",),
+    "gs": ("GOOGLE_",),
+    "az": ("AZURE_", "AZURITE_"),
+    "hf": ("HF_", "HUGGING_FACE_HUB_TOKEN"),
+}
+# SAS signatures and bearer tokens, wherever a message quotes a URL or header
+_SECRET_PATTERNS = (
+    (re.compile(r"([?&]sig=)[^&\s\"'<>]+", re.IGNORECASE), r"\1***"),
+    (re.compile(r"(Bearer\s+)[^\s\"',;]+"), r"\1***"),
+)
 _MIB = 1 << 20
 
 
@@ -73,55 +118,109 @@ def configure_credentials(
     secret_access_key: str | None = None,
     session_token: str | None = None,
     bearer_token: str | None = None,
+    account_name: str | None = None,
+    account_key: str | None = None,
+    sas_token: str | None = None,
+    service_account_path: str | None = None,
+    service_account_key: str | None = None,
 ) -> None:
     """Set how requests for ``scheme`` authenticate; replaces earlier credentials.
 
-    ``method="default"`` uses the platform chain (``AWS_*`` variables, profiles,
-    instance metadata); ``"anonymous"`` signs nothing. Keys select static credentials:
-    ``access_key_id`` + ``secret_access_key`` (+ ``session_token``) for S3-compatible
-    stores, ``bearer_token`` for ``http(s)``. Keys never appear in errors or logs.
+    ``method="default"`` uses the platform chain (``AWS_*``, ``GOOGLE_*``,
+    ``AZURE_STORAGE_*`` or ``HF_TOKEN`` variables, profiles, instance metadata);
+    ``"anonymous"`` signs nothing. Keys select static credentials:
+
+    * ``s3``/``r2``: ``access_key_id`` + ``secret_access_key`` (+ ``session_token``);
+    * ``gs``: ``service_account_path`` (a key file), ``service_account_key`` (its JSON
+      text) or ``bearer_token`` (an OAuth token);
+    * ``az``: ``account_name`` with ``account_key``, ``sas_token`` or ``bearer_token``;
+      ``account_name`` may also accompany a ``method``;
+    * ``hf``, ``http(s)``: ``bearer_token``.
+
+    Secrets never appear in errors or logs.
 
     Example:
         >>> import dataio  # doctest: +SKIP
         >>> dataio.configure_credentials("r2", access_key_id="K", secret_access_key="S")
     """
     name = _check_scheme(scheme)
-    keys = {
-        k: v
-        for k, v in {
-            "access_key_id": access_key_id,
-            "secret_access_key": secret_access_key,
-            "session_token": session_token,
-            "bearer_token": bearer_token,
-        }.items()
-        if v is not None
+    given = {
+        "access_key_id": access_key_id,
+        "secret_access_key": secret_access_key,
+        "session_token": session_token,
+        "bearer_token": bearer_token,
+        "account_name": account_name,
+        "account_key": account_key,
+        "sas_token": sas_token,
+        "service_account_path": service_account_path,
+        "service_account_key": service_account_key,
     }
-    if keys and method is not None:
-        raise DataioError(f"pass either method={method!r} or keys, not both")
+    keys = {k: v for k, v in given.items() if v is not None}
+    unknown = sorted(keys.keys() - set(_KEYS[name]))
+    if unknown:
+        allowed = ", ".join(_KEYS[name])
+        raise DataioError(
+            f"{name}:// takes no {', '.join(unknown)}; its keys are {allowed} (or a method)"
+        )
     if method not in (None, "default", "anonymous"):
         raise DataioError(f"unknown credential method {method!r}; use 'default' or 'anonymous'")
+    secrets = {k for k in keys if k != "account_name"}
+    if secrets and method is not None:
+        raise DataioError(f"pass either method={method!r} or keys, not both")
     if name in _S3_LIKE and keys and not {"access_key_id", "secret_access_key"} <= keys.keys():
         raise DataioError(f"{name} keys need both access_key_id and secret_access_key")
+    if len(secrets) > 1 and name in ("gs", "az"):
+        raise DataioError(f"{name}:// takes one of {', '.join(sorted(secrets))}, not several")
+    if name == "az" and secrets and "account_name" not in keys:
+        keys["account_name"] = _azure_env_account() or ""
+        if not keys["account_name"]:
+            raise DataioError(
+                "az:// keys need the storage account: pass account_name=... or set "
+                "AZURE_STORAGE_ACCOUNT_NAME"
+            )
+    if "sas_token" in keys:
+        keys["sas_token"] = keys["sas_token"].lstrip("?")
+    if not secrets:
+        keys["method"] = method or "default"
     with _lock:
-        _credentials[name] = keys or {"method": method or "default"}
+        _credentials[name] = keys
 
 
 def configure_endpoint(scheme: str, url: str, *, region: str | None = None) -> None:
-    """Send ``scheme`` requests to ``url`` (an S3-compatible server); replaces the earlier one.
+    """Send ``scheme`` requests to ``url`` instead of the service's own endpoint;
+    replaces the earlier one.
 
-    An ``http://`` endpoint allows plain HTTP. ``region`` sets the signing region.
+    For ``s3``/``r2`` an S3-compatible server (``region`` sets the signing region);
+    ``gs`` a GCS JSON/XML API base such as an emulator; ``az`` the blob account
+    endpoint (path style ``http://127.0.0.1:10000/devstoreaccount1`` for Azurite, whose
+    first path segment then names the account); ``hf`` a Hub mirror (else
+    ``HF_ENDPOINT``). An ``http://`` endpoint allows plain HTTP.
 
     Example:
         >>> import dataio  # doctest: +SKIP
         >>> dataio.configure_endpoint("r2", "https://ACCT.r2.cloudflarestorage.com")
     """
     name = _check_scheme(scheme)
-    if name not in _S3_LIKE:
-        raise DataioError(f"configure_endpoint applies to s3:// and r2://, not {scheme!r}")
-    if not url.startswith(("http://", "https://")):
-        raise DataioError(f"endpoint {url!r} must start with http:// or https://")
+    if name in ("http", "https"):
+        raise DataioError(
+            f"configure_endpoint does not apply to {scheme!r}: its URIs name the host"
+        )
+    if region is not None and name not in _S3_LIKE:
+        raise DataioError(f"region applies to s3:// and r2:// only, not {scheme!r}")
+    if not url.startswith(("http://", "https://")) or not urlsplit(url).hostname:
+        raise DataioError(f"endpoint {url!r} must be an http:// or https:// URL with a host")
     with _lock:
         _endpoints[name] = (url.rstrip("/"), region)
+
+
+def credentials_for(scheme: str) -> dict[str, str]:
+    """The credentials configured for ``scheme`` (``{"method": "default"}`` if none)."""
+    return dict(_credentials.get(scheme) or {"method": "default"})
+
+
+def endpoint_for(scheme: str) -> tuple[str, str | None] | None:
+    """The ``(url, region)`` configured for ``scheme``, or None."""
+    return _endpoints.get(scheme)
 
 
 def configure_transport(
@@ -194,13 +293,41 @@ def reset() -> None:
 
 
 def redact(text: str) -> str:
-    """Replace every configured or environment credential inside ``text`` by ``***``."""
-    secrets = {v for keys in _credentials.values() for k, v in keys.items() if k != "method"}
+    """Replace every configured or environment credential inside ``text`` by ``***``,
+    and any SAS signature or bearer token, in whatever URL encoding it appears.
+
+    Example:
+        >>> redact("GET https://a.blob.core.windows.net/c/k?sv=2021&sig=abc%3D")
+        'GET https://a.blob.core.windows.net/c/k?sv=2021&sig=***'
+    """
+    secrets: set[str] = set()
+    for keys in list(_credentials.values()):
+        for k, v in keys.items():
+            if k not in _PUBLIC_KEYS:
+                secrets.add(v)
+                secrets.update(_json_secrets(v) if k == "service_account_key" else ())
     secrets.update(os.environ[k] for k in _SECRET_ENV if os.environ.get(k))
-    for secret in sorted(secrets, key=len, reverse=True):
+    secrets.update(_json_secrets(os.environ.get("GOOGLE_SERVICE_ACCOUNT_KEY", "")))
+    variants = {form for s in secrets for form in (s, quote(s, safe=""), unquote(s))}
+    for secret in sorted(variants, key=len, reverse=True):
         if len(secret) >= 4:
             text = text.replace(secret, "***")
+    for pattern, replacement in _SECRET_PATTERNS:
+        text = pattern.sub(replacement, text)
     return text
+
+
+def _json_secrets(text: str) -> list[str]:
+    """The private key of a service-account JSON text, and each line of it."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return []
+    key = value.get("private_key") if isinstance(value, dict) else None
+    if not isinstance(key, str) or not key:
+        return []
+    body = [line for line in key.splitlines() if len(line) >= 16 and "-----" not in line]
+    return [key, *body]
 
 
 def store_for(location: Location) -> ObjectStore:
@@ -209,14 +336,15 @@ def store_for(location: Location) -> ObjectStore:
     if scheme == "file":
         key: tuple[Any, ...] = ("file",)
     else:
-        env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+        prefixes = _ENV_PREFIXES.get(scheme, ())
+        env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(prefixes)))
         key = (
             scheme,
             location.authority,
             tuple(sorted(_credentials.get(scheme, {}).items())),
             _endpoints.get(scheme),
             transport_for(scheme),
-            env if scheme in _S3_LIKE else (),
+            env if prefixes else (),
         )
     store = _stores.get(key)
     if store is None:
@@ -256,24 +384,36 @@ def _client(transport: Transport, *, allow_http: bool, origin: str) -> dict[str,
 
 
 def _build(location: Location) -> ObjectStore:
-    from obstore.store import HTTPStore, LocalStore, S3Store
+    from obstore.store import LocalStore
 
     scheme = location.scheme
     if scheme == "file":
         return LocalStore()
-    transport = transport_for(scheme)
-    credentials = _credentials.get(scheme, {"method": "default"})
-    if scheme in ("http", "https"):
-        client = _client(
-            transport, allow_http=scheme == "http", origin=f"{scheme}://{location.authority}"
-        )
-        if "bearer_token" in credentials:
-            client["default_headers"] = {"Authorization": f"Bearer {credentials['bearer_token']}"}
-        return HTTPStore.from_url(
-            f"{scheme}://{location.authority}",
-            client_options=client,  # type: ignore[arg-type]
-            retry_config=_retry(transport),  # type: ignore[arg-type]
-        )
+    builders = {"gs": _build_gcs, "az": _build_azure, "hf": _build_hf}
+    build = builders.get(scheme, _build_http if scheme in ("http", "https") else _build_s3)
+    return build(location, transport_for(scheme), credentials_for(scheme))
+
+
+def _build_http(location: Location, transport: Transport, credentials: dict[str, str]) -> Any:
+    from obstore.store import HTTPStore
+
+    scheme = location.scheme
+    client = _client(
+        transport, allow_http=scheme == "http", origin=f"{scheme}://{location.authority}"
+    )
+    if "bearer_token" in credentials:
+        client["default_headers"] = {"Authorization": f"Bearer {credentials['bearer_token']}"}
+    return HTTPStore.from_url(
+        f"{scheme}://{location.authority}",
+        client_options=client,  # type: ignore[arg-type]
+        retry_config=_retry(transport),  # type: ignore[arg-type]
+    )
+
+
+def _build_s3(location: Location, transport: Transport, credentials: dict[str, str]) -> Any:
+    from obstore.store import S3Store
+
+    scheme = location.scheme
     config: dict[str, Any] = {}
     endpoint, region = _endpoints.get(scheme, (None, None))
     if scheme == "r2" and endpoint is None:
@@ -304,3 +444,129 @@ def _build(location: Location) -> ObjectStore:
         ),
         retry_config=_retry(transport),  # type: ignore[arg-type]
     )
+
+
+def _build_gcs(location: Location, transport: Transport, credentials: dict[str, str]) -> Any:
+    from obstore.store import GCSStore
+
+    config: dict[str, Any] = {}
+    if credentials.get("method") == "anonymous":
+        config["skip_signature"] = True
+    for ours, theirs in (
+        ("service_account_path", "service_account"),
+        ("service_account_key", "service_account_key"),
+        ("bearer_token", "bearer_token"),
+    ):
+        if ours in credentials:
+            config[theirs] = credentials[ours]
+    configured = _endpoints.get("gs")
+    if configured is not None:
+        config["base_url"] = configured[0]
+    base = _gcs_base(configured, credentials)
+    return GCSStore(
+        location.authority,
+        config=config,  # type: ignore[arg-type]
+        client_options=_client(  # type: ignore[arg-type]
+            transport, allow_http=base.startswith("http://"), origin=_origin(base)
+        ),
+        retry_config=_retry(transport),  # type: ignore[arg-type]
+    )
+
+
+def _gcs_base(configured: tuple[str, str | None] | None, credentials: dict[str, str]) -> str:
+    """Where GCS requests go: the configured endpoint, else the service account's
+    ``gcs_base_url`` (how emulators are reached), else ``GOOGLE_BASE_URL``, else GCS."""
+    if configured is not None:
+        return configured[0]
+    texts = [credentials.get("service_account_key"), os.environ.get("GOOGLE_SERVICE_ACCOUNT_KEY")]
+    for path in (
+        credentials.get("service_account_path"),
+        os.environ.get("GOOGLE_SERVICE_ACCOUNT"),
+        os.environ.get("GOOGLE_SERVICE_ACCOUNT_PATH"),
+        os.environ.get("GOOGLE_APPLICATION_CREDENTIALS"),
+    ):
+        if path:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    texts.append(f.read())
+            except OSError:
+                continue  # obstore reports the unreadable file when it loads it
+    for text in texts:
+        try:
+            value = json.loads(text) if text else None
+        except ValueError:
+            continue
+        if isinstance(value, dict) and isinstance(value.get("gcs_base_url"), str):
+            return str(value["gcs_base_url"])
+    return os.environ.get("GOOGLE_BASE_URL") or "https://storage.googleapis.com"
+
+
+def _build_azure(location: Location, transport: Transport, credentials: dict[str, str]) -> Any:
+    from obstore.store import AzureStore
+
+    config: dict[str, Any] = {}
+    configured = _endpoints.get("az")
+    emulator = os.environ.get("AZURE_STORAGE_USE_EMULATOR", "").lower() in ("1", "true")
+    account = credentials.get("account_name") or _azure_env_account()
+    if configured is not None:
+        config["endpoint"] = configured[0]
+        segments = urlsplit(configured[0]).path.strip("/").split("/")
+        account = account or segments[0]  # path-style endpoints start with the account
+    if not account and not emulator:
+        raise DataioError(
+            f"cannot open {str(location)!r}: az:// needs a storage account; use "
+            "dataio.configure_credentials('az', account_name=..., account_key=...) or set "
+            "AZURE_STORAGE_ACCOUNT_NAME (and AZURE_STORAGE_ACCOUNT_KEY)"
+        )
+    if account:
+        config["account_name"] = account
+    if credentials.get("method") == "anonymous":
+        config["skip_signature"] = True
+    for ours, theirs in (
+        ("account_key", "account_key"),
+        ("sas_token", "sas_key"),
+        ("bearer_token", "token"),
+    ):
+        if ours in credentials:
+            config[theirs] = credentials[ours]
+    if configured is not None:
+        base = configured[0]
+    elif emulator:
+        base = os.environ.get("AZURITE_BLOB_STORAGE_URL") or "http://127.0.0.1:10000"
+    else:
+        base = f"https://{account}.blob.core.windows.net"
+    return AzureStore(
+        location.authority,
+        config=config,  # type: ignore[arg-type]
+        client_options=_client(  # type: ignore[arg-type]
+            transport, allow_http=base.startswith("http://"), origin=_origin(base)
+        ),
+        retry_config=_retry(transport),  # type: ignore[arg-type]
+    )
+
+
+def _azure_env_account() -> str | None:
+    return os.environ.get("AZURE_STORAGE_ACCOUNT_NAME") or os.environ.get("AZURE_STORAGE_ACCOUNT")
+
+
+def _build_hf(location: Location, transport: Transport, credentials: dict[str, str]) -> Any:
+    from obstore.store import HTTPStore
+
+    from dataio.io import hf
+
+    base = hf.endpoint(_endpoints.get("hf"))
+    client = _client(transport, allow_http=base.startswith("http://"), origin=_origin(base))
+    secret = hf.token(credentials)
+    if secret:
+        # reqwest drops it when a redirect leaves this origin (the Hub's CDN)
+        client["default_headers"] = {"Authorization": f"Bearer {secret}"}
+    return HTTPStore.from_url(
+        hf.resolve_url(base, location),
+        client_options=client,  # type: ignore[arg-type]
+        retry_config=_retry(transport),  # type: ignore[arg-type]
+    )
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"

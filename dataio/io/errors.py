@@ -23,8 +23,24 @@ T = TypeVar("T")
 
 _AUTH_CODES = re.compile(
     r"InvalidAccessKeyId|SignatureDoesNotMatch|ExpiredToken|InvalidToken|"
-    r"AuthFailure|InvalidClientTokenId|401 Unauthorized"
+    r"AuthFailure|InvalidClientTokenId|401 Unauthorized|"
+    # Azure answers a bad key or SAS with 403 and this code or message (Azurite says
+    # AuthorizationFailure, which Azure keeps for network rules, with the same message)
+    r"AuthenticationFailed|InvalidAuthenticationInfo|Server failed to authenticate|"
+    # GCS
+    r"AuthenticationRequired|Invalid Credentials"
 )
+# where each scheme's credentials come from, for the hint of an authentication error
+_CREDENTIAL_HINTS = {
+    "gs": "dataio.configure_credentials('gs', ...) or the GOOGLE_* environment",
+    "az": "dataio.configure_credentials('az', ...) or the AZURE_STORAGE_* environment",
+    "hf": (
+        "HF_TOKEN or dataio.configure_credentials('hf', bearer_token=...); the "
+        "repository may also be private, gated or missing"
+    ),
+    "http": "dataio.configure_credentials(scheme, bearer_token=...)",
+    "https": "dataio.configure_credentials(scheme, bearer_token=...)",
+}
 _TIMEOUT = re.compile(r"timed out|TimedOut|kind: Timeout|deadline has elapsed", re.IGNORECASE)
 _CONNECTION = re.compile(
     r"connection|connect|error sending request|broken pipe|reset by peer|"
@@ -64,7 +80,7 @@ def translate(exc: BaseException, uri: object, verb: str) -> DataioError:
     if isinstance(exc, obx.UnauthenticatedError) or _AUTH_CODES.search(detail):
         return AuthenticationError(
             f"{verb} {target!r}: the server rejected the credentials ({_first_code(detail)}); "
-            "check dataio.configure_credentials or the AWS_* environment"
+            f"check {_hint(uri)}"
         )
     if isinstance(exc, obx.PermissionDeniedError | PermissionError) or "403 Forbidden" in detail:
         return PermissionDeniedError(
@@ -100,6 +116,13 @@ def _summary(exc: BaseException) -> str:
     if len(text) > 300:
         text = text[:300] + "..."
     return redact(text) or type(exc).__name__
+
+
+def _hint(uri: object) -> str:
+    text = str(uri)
+    scheme = text.split("://", 1)[0].lower() if "://" in text else ""
+    default = "dataio.configure_credentials or the AWS_* environment"
+    return _CREDENTIAL_HINTS.get(scheme, default)
 
 
 def _first_code(detail: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -10,19 +11,26 @@ from urllib.parse import unquote
 
 from dataio.exceptions import DataioError
 
-__all__ = ["Location", "SCHEMES", "parse"]
+__all__ = ["READ_ONLY", "SCHEMES", "Location", "parse", "require_writable"]
 
-Scheme = Literal["file", "s3", "r2", "http", "https"]
-SCHEMES: tuple[str, ...] = ("file", "s3", "r2", "http", "https")
+Scheme = Literal["file", "s3", "r2", "gs", "az", "hf", "http", "https"]
+SCHEMES: tuple[str, ...] = ("file", "s3", "r2", "gs", "az", "hf", "http", "https")
+READ_ONLY: tuple[str, ...] = ("hf",)
+
+# Hub repository and organisation names; a revision is any non-empty text
+_HF_NAME = re.compile(r"[\w.-]+")
+_HF_KINDS = ("datasets", "spaces")
 
 
 @dataclass(frozen=True)
 class Location:
     """Where one object lives.
 
-    ``authority`` is the bucket (``s3``, ``r2``), ``host[:port]`` (``http(s)``) or ``""``
-    (``file``); ``key`` is the path inside it, without a leading ``/`` (for ``file`` the
-    absolute path without its leading ``/``). ``local_style`` remembers whether a local
+    ``authority`` is the bucket (``s3``, ``r2``, ``gs``), the container (``az``),
+    ``host[:port]`` (``http(s)``), the repository as written (``hf``:
+    ``[datasets/|spaces/]org/name[@revision]``) or ``""`` (``file``); ``key`` is the
+    path inside it, without a leading ``/`` (for ``file`` the absolute path without its
+    leading ``/``). ``local_style`` remembers whether a local
     location was written as a plain path, so listings answer in the same form.
     """
 
@@ -70,10 +78,50 @@ def parse(uri: str | os.PathLike[str]) -> Location:
             f"cannot open {text!r}: the {scheme}:// scheme is not supported yet; "
             f"use a local path or one of {supported}"
         )
+    if scheme == "hf":
+        return _parse_hf(text, rest)
     authority, _, key = rest.partition("/")
     if not authority:
         raise DataioError(f"URI {text!r} names no bucket or host: use {scheme}://NAME/key")
     return Location(scheme, authority, key, "")  # type: ignore[arg-type]
+
+
+def _parse_hf(text: str, rest: str) -> Location:
+    parts = rest.split("/")
+    kind = [parts.pop(0)] if parts[0] in _HF_KINDS else []
+    if len(parts) < 2:
+        raise DataioError(
+            f"hf URI {text!r} names no repository: use "
+            "hf://[datasets/|spaces/]org/name[@revision]/path/in/repo"
+        )
+    org, (name, at, revision), key = parts[0], parts[1].partition("@"), parts[2:]
+    if not (_HF_NAME.fullmatch(org) and _HF_NAME.fullmatch(name)) or (at and not revision):
+        raise DataioError(
+            f"hf URI {text!r} does not name a repository as org/name[@revision]; a model "
+            "without an organisation goes by its full id now (openai-community/gpt2)"
+        )
+    # refs/pr/N and refs/convert/NAME keep their slashes, as huggingface_hub accepts;
+    # any other revision holding a "/" must be written URL-encoded (feature%2Fx)
+    if revision == "refs" and len(key) >= 2 and key[0] in ("pr", "convert"):
+        revision, key = f"refs/{key[0]}/{key[1]}", key[2:]
+    authority = "/".join([*kind, org, name]) + (f"@{revision}" if at else "")
+    return Location("hf", authority, "/".join(key), "")
+
+
+def require_writable(location: Location, verb: str) -> None:
+    """Raise :class:`~dataio.DataioError` when ``verb`` would change a read-only scheme.
+
+    Example:
+        >>> require_writable(parse("hf://org/model/weights.bin"), "write")
+        Traceback (most recent call last):
+        dataio.exceptions.DataioError: ...
+    """
+    if location.scheme in READ_ONLY:
+        raise DataioError(
+            f"cannot {verb} {str(location)!r}: hf:// is read-only (dataio reads the "
+            "Hugging Face Hub but does not upload); write locally or to an object store "
+            "and push with huggingface_hub"
+        )
 
 
 def _absolute(path: str) -> str:
