@@ -5,18 +5,22 @@ one origin. It is called once per store, when the store is built, so variables s
 later apply after :func:`dataio.io.config.reset` or to hosts not contacted yet.
 
 Proxies. ``http_proxy`` / ``https_proxy`` / ``all_proxy`` and their uppercase forms
-pick the proxy; ``no_proxy`` / ``NO_PROXY`` exempt hosts. dataio decides per origin and
-hands reqwest either that proxy or an explicit "no proxy". It must do the latter too:
-reqwest (obstore 0.12.1 bundles reqwest 0.13 with hyper-util's environment matcher)
-reads the same variables on its own whenever a client has no ``proxy_url``, and its
-rules differ from ours: it ignores ``host:port`` entries of ``NO_PROXY``, for one, so
-``NO_PROXY=10.1.2.3:9000`` would still proxy that server. A ``proxy_url`` switches
-reqwest's environment lookup off, and ``proxy_excludes`` covering every host makes that
-proxy unused; ``*`` alone covers names but not IP literals, hence the two networks.
+pick the proxy; ``no_proxy`` / ``NO_PROXY`` exempt hosts. dataio decides per origin. A
+proxied origin gets that ``proxy_url``. An exempt one, while any proxy variable is set,
+gets an explicit "no proxy", because reqwest (obstore 0.12.1 bundles reqwest 0.13 and
+hyper-util's environment matcher) reads the same variables on its own, at client build,
+whenever it has no ``proxy_url`` -- and decides differently: it ignores ``host:port``
+entries of ``NO_PROXY`` (``NO_PROXY=10.1.2.3:9000`` would still proxy that server),
+reads uppercase ``NO_PROXY`` before lowercase, and its ``*`` leaves IP literals proxied.
+Any ``proxy_url`` switches that lookup off; ``proxy_excludes`` listing ``*`` (names) and
+the two all-address networks (IP literals) then leaves the placeholder proxy unused.
 
 TLS roots. ``SSL_CERT_FILE`` (else ``AWS_CA_BUNDLE``) names a PEM bundle that replaces
-the built-in roots: it goes in as ``root_certificate`` with ``disable_system_certificates``,
-without which reqwest would add the bundle to the platform roots instead.
+the built-in roots: its certificates go in as ``root_certificate`` together with
+``disable_system_certificates``; ``root_certificate`` alone would add them to the
+platform roots. (reqwest's native-roots loader also reads ``SSL_CERT_FILE`` and
+``SSL_CERT_DIR`` by itself, but merges them; the explicit options make the bundle the
+only trust anchors, and give ``AWS_CA_BUNDLE`` the same meaning.)
 """
 
 from __future__ import annotations

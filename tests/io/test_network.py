@@ -6,6 +6,7 @@ applied."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from urllib.parse import quote
 
@@ -15,7 +16,7 @@ from helpers.proxy_server import ProxyServer
 from helpers.tls_server import Authority, TLSRangeServer
 
 import dataio.io as dio
-from dataio.exceptions import DataioError
+from dataio.exceptions import DataioError, TransportError
 from dataio.io import config
 from dataio.io.network import client_options, proxy_for
 
@@ -318,3 +319,15 @@ def test_s3_through_the_proxy(
     methods = [s.method for s in proxy.seen]
     assert methods[:2] == ["PUT", "GET"] and len(methods) == 3
     assert all(s.target.startswith(f"{moto.url}/{_bucket}") for s in proxy.seen)
+
+
+def test_an_unreachable_proxy_is_a_transport_error_without_the_password(
+    network_env: pytest.MonkeyPatch, origin: str
+) -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    _use(network_env, HTTP_PROXY=f"http://bob:hunter22@127.0.0.1:{port}")
+    with pytest.raises(TransportError) as info:
+        dio.read(origin)
+    assert "hunter22" not in str(info.value)
