@@ -6,10 +6,13 @@ from __future__ import annotations
 import os
 import threading
 import time
+from urllib.parse import quote
 
 import pytest
 from helpers.object_servers import RangeServer
+from helpers.proxy_server import ProxyServer
 from helpers.stream_server import Script, StreamServer, split
+from helpers.tls_server import Authority, TLSRangeServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -258,3 +261,31 @@ def test_a_stream_with_a_bearer_token_sends_it_and_never_shows_it(
     with pytest.raises(NotFoundError) as info:
         dio.stream(f"{stream_server.url}/secret-token-123")
     assert "secret-token-123" not in str(info.value)
+
+
+def test_https_streams_use_the_tls_roots_and_the_proxy_of_the_environment(
+    network_env: pytest.MonkeyPatch,
+    https_server: TLSRangeServer,
+    authority: Authority,
+    http_server: RangeServer,
+) -> None:
+    guarded = ProxyServer(auth=("alice", "pa:ss@word"))
+    try:
+        https_server.objects["/s.txt"] = b"over tls\n"
+        http_server.objects["/p.txt"] = b"plain\n"
+        url = f"{https_server.url}/s.txt"
+        with pytest.raises(DataioError, match=r"s\.txt"):  # an unknown CA is refused
+            dio.stream(url)
+        proxy = f"http://alice:{quote('pa:ss@word', safe='')}@{guarded.url[len('http://') :]}"
+        network_env.setenv("SSL_CERT_FILE", str(authority.ca_pem))
+        network_env.setenv("HTTPS_PROXY", proxy)
+        network_env.setenv("HTTP_PROXY", proxy)
+        assert list(dio.stream(url).iter_lines()) == ["over tls"]
+        assert dio.stream(f"{http_server.url}/p.txt").read_all() == b"plain\n"
+        assert [(s.method, s.target) for s in guarded.seen] == [
+            ("CONNECT", f"127.0.0.1:{https_server.server_address[1]}"),
+            ("GET", f"{http_server.url}/p.txt"),
+        ]
+        assert {s.proxy_authorization for s in guarded.seen} == {guarded.expected}
+    finally:
+        guarded.stop()
