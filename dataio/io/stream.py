@@ -610,7 +610,12 @@ def _http_open(uri: str, headers: dict[str, str], wait: float) -> Any:
         urllib.request.ProxyHandler({parts.scheme: proxy} if proxy else {}),
         urllib.request.HTTPSHandler(context=_tls_context()),
     )
-    request = urllib.request.Request(uri, headers=headers)
+    request = urllib.request.Request(uri)
+    for name, value in headers.items():
+        if name == "Authorization":
+            request.add_unredirected_header(name, value)  # never sent on to a redirect target
+        else:
+            request.add_header(name, value)
     try:
         return opener.open(request, timeout=wait)
     except urllib.error.HTTPError as exc:

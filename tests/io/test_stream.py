@@ -289,3 +289,17 @@ def test_https_streams_use_the_tls_roots_and_the_proxy_of_the_environment(
         assert {s.proxy_authorization for s in guarded.seen} == {guarded.expected}
     finally:
         guarded.stop()
+
+
+def test_a_redirect_is_followed_without_the_bearer_token(
+    stream_server: StreamServer, http_server: RangeServer
+) -> None:
+    dio.configure_credentials("http", bearer_token="secret-token-123")
+    http_server.objects["/elsewhere/x.txt"] = b"moved\n"
+    target = f"{http_server.url}/elsewhere/x.txt"
+    stream_server.routes["/x.txt"] = Script([b""], status=302, headers={"Location": target})
+    assert dio.stream(f"{stream_server.url}/x.txt").read_all() == b"moved\n"
+    (_, _, first), *_ = stream_server.requests
+    (_, _, second), *_ = http_server.requests
+    assert first["Authorization"] == "Bearer secret-token-123"
+    assert "Authorization" not in second
