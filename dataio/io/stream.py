@@ -544,10 +544,7 @@ class _HttpBody(_Body):
         headers = {"User-Agent": "dataio", "Accept-Encoding": "identity"}
         if "bearer_token" in credentials:
             headers["Authorization"] = f"Bearer {credentials['bearer_token']}"
-        retry: dict[str, Any] = {
-            "max_retries": 3,
-            "backoff": {"init_backoff": timedelta(milliseconds=50)},
-        }
+        retry = {"max_retries": 3}  # as the http stores of dataio.io.config retry
         self._response: Any = _retrying(lambda: _http_open(uri, headers, wait), retry, uri)
         self._socket = _socket_of(self._response)
         length = self._response.headers.get("Content-Length")
@@ -555,7 +552,6 @@ class _HttpBody(_Body):
         self._lock = threading.Lock()
 
     def next_chunk(self) -> bytes | None:
-
         response = self._response
         if response is None:
             return None
