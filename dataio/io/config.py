@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from dataio.exceptions import DataioError
 from dataio.io.uri import SCHEMES, Location
@@ -76,7 +76,7 @@ _ENV_PREFIXES = {
 }
 # SAS signatures and bearer tokens, wherever a message quotes a URL or header
 _SECRET_PATTERNS = (
-    (re.compile(r"([?&]sig=)[^&\s\"'<>]+", re.IGNORECASE), r"\1***"),
+    (re.compile(r"(\bsig=)[^&\s\"'<>]+", re.IGNORECASE), r"\1***"),
     (re.compile(r"(Bearer\s+)[^\s\"',;]+"), r"\1***"),
 )
 _MIB = 1 << 20
@@ -132,7 +132,9 @@ def configure_credentials(
 
     * ``s3``/``r2``: ``access_key_id`` + ``secret_access_key`` (+ ``session_token``);
     * ``gs``: ``service_account_path`` (a key file), ``service_account_key`` (its JSON
-      text) or ``bearer_token`` (an OAuth token);
+      text) or ``bearer_token`` (an OAuth token). An emulator is reached with a key
+      holding ``"gcs_base_url"`` and ``"disable_oauth": true``. ``"anonymous"`` suits
+      reading public buckets: obstore still fetches a token before writing;
     * ``az``: ``account_name`` with ``account_key``, ``sas_token`` or ``bearer_token``;
       ``account_name`` may also accompany a ``method``;
     * ``hf``, ``http(s)``: ``bearer_token``.
@@ -306,6 +308,7 @@ def redact(text: str) -> str:
             if k not in _PUBLIC_KEYS:
                 secrets.add(v)
                 secrets.update(_json_secrets(v) if k == "service_account_key" else ())
+                secrets.update(_sas_signatures(v) if k == "sas_token" else ())
     secrets.update(os.environ[k] for k in _SECRET_ENV if os.environ.get(k))
     secrets.update(_json_secrets(os.environ.get("GOOGLE_SERVICE_ACCOUNT_KEY", "")))
     variants = {form for s in secrets for form in (s, quote(s, safe=""), unquote(s))}
@@ -315,6 +318,11 @@ def redact(text: str) -> str:
     for pattern, replacement in _SECRET_PATTERNS:
         text = pattern.sub(replacement, text)
     return text
+
+
+def _sas_signatures(token: str) -> list[str]:
+    """The ``sig`` values of a SAS token: the part that grants access."""
+    return [v for k, v in parse_qsl(token.lstrip("?")) if k == "sig"]
 
 
 def _json_secrets(text: str) -> list[str]:

@@ -77,9 +77,10 @@ def translate(exc: BaseException, uri: object, verb: str) -> DataioError:
     target = redact(str(uri))
     if isinstance(exc, obx.NotFoundError | FileNotFoundError):
         return NotFoundError(f"no object at {target!r}; check the path, bucket and key")
-    if isinstance(exc, obx.UnauthenticatedError) or _AUTH_CODES.search(detail):
+    # the full text: error bodies name their code after the URL, past the summary's cut
+    if isinstance(exc, obx.UnauthenticatedError) or _AUTH_CODES.search(full):
         return AuthenticationError(
-            f"{verb} {target!r}: the server rejected the credentials ({_first_code(detail)}); "
+            f"{verb} {target!r}: the server rejected the credentials ({_first_code(full)}); "
             f"check {_hint(uri)}"
         )
     if isinstance(exc, obx.PermissionDeniedError | PermissionError) or "403 Forbidden" in detail:

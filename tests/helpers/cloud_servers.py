@@ -242,6 +242,18 @@ class GcsEmulator:
     def stop(self) -> None:
         _stop(self.process)
 
+    def service_account(self) -> str:
+        """A service-account key (JSON text) that sends requests here, without OAuth."""
+        return json.dumps(
+            {
+                "gcs_base_url": self.url,
+                "disable_oauth": True,
+                "client_email": "",
+                "private_key": "",
+                "private_key_id": "",
+            }
+        )
+
     def create_bucket(self, name: str) -> None:
         body = json.dumps({"name": name}).encode()
         response = _request(

@@ -230,8 +230,9 @@ def main() -> None:
     every = dict.fromkeys(("GET", "HEAD", "PUT", "POST", "DELETE"), object_route)
     routes = [r for r in server.HANDLERS if not r[0].startswith(r"^/(?P<bucket_name>")]
     routes += [
-        (r"^/(?P<bucket_name>[-.\w]+)/(?P<object_id>.*[^/]+)$", every),
-        (r"^/(?P<bucket_name>[-.\w]+)/?$", {"GET": bucket_route}),
+        # obstore percent-encodes the bucket too ("dataio%2Dtests")
+        (r"^/(?P<bucket_name>[-.%\w]+)/(?P<object_id>.*[^/]+)$", every),
+        (r"^/(?P<bucket_name>[-.%\w]+)/?$", {"GET": bucket_route}),
     ]
     server.HANDLERS = tuple(routes)
     server.RequestHandler = Handler  # type: ignore[misc]

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers.cloud_servers import AZURITE_ACCOUNT, AZURITE_KEY, Azurite, GcsEmulator, HubServer
 from helpers.object_servers import MotoServer, RangeServer
 from helpers.proxy_server import ProxyServer
 from helpers.stream_server import StreamServer
@@ -155,3 +156,64 @@ def scripted_s3(stream_server: StreamServer) -> StreamServer:
     dio.configure_endpoint("s3", stream_server.url, region="us-east-1")
     dio.configure_credentials("s3", method="anonymous")
     return stream_server
+
+
+# -- gs://, az:// and hf:// (servers in helpers/cloud_servers.py) --------------------
+
+
+def _test_name(request: pytest.FixtureRequest) -> str:
+    return request.node.name.replace("[", "-").replace("]", "")
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator() -> Iterator[GcsEmulator]:
+    server = GcsEmulator()
+    try:
+        server.create_bucket("dataio-tests")
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def gs(gcs_emulator: GcsEmulator, request: pytest.FixtureRequest) -> str:
+    """A ``gs://`` base URI, unique to this test, on the emulator, reached the way
+    object_store documents for emulators: a service-account key with OAuth disabled.
+    (``method="anonymous"`` would do for reads, but obstore's writes then still ask the
+    cloud metadata server for a token, a request that must not leave this machine.)"""
+    dio.configure_endpoint("gs", gcs_emulator.url)
+    dio.configure_credentials("gs", service_account_key=gcs_emulator.service_account())
+    return f"gs://dataio-tests/{_test_name(request)}"
+
+
+@pytest.fixture(scope="session")
+def azurite() -> Iterator[Azurite]:
+    server = Azurite()
+    try:
+        server.create_container("dataio-tests")
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def az(azurite: Azurite, request: pytest.FixtureRequest) -> str:
+    """An ``az://`` base URI, unique to this test, on Azurite with the account key."""
+    dio.configure_endpoint("az", azurite.url)
+    dio.configure_credentials("az", account_name=AZURITE_ACCOUNT, account_key=AZURITE_KEY)
+    return f"az://dataio-tests/{_test_name(request)}"
+
+
+HF_TOKEN = "hf_dataioTestTokenNeverShown"
+
+
+@pytest.fixture
+def hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[HubServer]:
+    """A Hub (and its CDN) with no ``HF_*`` variables from the environment."""
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    server = HubServer(token=HF_TOKEN)
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from dataio.exceptions import DataioError
+from dataio.io import hf
 from dataio.io.uri import Location, parse
 from dataio.io.verbs import _glob_regex
 
@@ -14,6 +15,42 @@ def test_schemes_split_into_authority_and_key(tmp_path) -> None:
     assert local.scheme == "file" and local.path == str(tmp_path / "a.bin")
     assert str(local) == str(tmp_path / "a.bin")
     assert str(parse((tmp_path / "a b").as_uri())) == "file://" + str(tmp_path / "a b")
+
+
+@pytest.mark.parametrize(
+    ("uri", "expected"),
+    [
+        ("gs://bucket/a/b.bin", Location("gs", "bucket", "a/b.bin")),
+        ("az://container/a/b.bin", Location("az", "container", "a/b.bin")),
+        ("hf://org/model/w.bin", Location("hf", "org/model", "w.bin")),
+        ("hf://datasets/org/set@v2/a/b.json", Location("hf", "datasets/org/set@v2", "a/b.json")),
+        ("hf://spaces/org/app/app.py", Location("hf", "spaces/org/app", "app.py")),
+        ("hf://org/m@refs/pr/12/x/y", Location("hf", "org/m@refs/pr/12", "x/y")),
+        ("hf://org/m@refs/convert/parquet/x", Location("hf", "org/m@refs/convert/parquet", "x")),
+        ("hf://org/m@feature%2Fx/f", Location("hf", "org/m@feature%2Fx", "f")),
+        ("hf://datasets/org/set", Location("hf", "datasets/org/set", "")),
+    ],
+)
+def test_cloud_and_hub_uris(uri: str, expected: Location) -> None:
+    location = parse(uri)
+    assert location == expected
+    assert parse(str(location)) == location  # listings answer in a form that parses back
+
+
+def test_hub_repositories_and_revisions() -> None:
+    found = hf.repo(parse("hf://datasets/org/set@refs%2Fpr%2F3/x"))
+    assert (found.kind, found.repo_id, found.revision) == ("datasets", "org/set", "refs/pr/3")
+    found = hf.repo(parse("hf://org/model/x"))
+    assert (found.kind, found.repo_id, found.revision) == ("models", "org/model", "main")
+    assert hf.resolve_url("http://hub", parse("hf://spaces/o/n@refs/pr/1/x")) == (
+        "http://hub/spaces/o/n/resolve/refs%2Fpr%2F1"
+    )
+
+
+@pytest.mark.parametrize("uri", ["hf://org", "hf://datasets/org", "hf://o/n@/x", "hf://o/n!/x"])
+def test_malformed_hub_uris_say_what_to_write(uri: str) -> None:
+    with pytest.raises(DataioError, match=r"org/name\[@revision\]"):
+        parse(uri)
 
 
 @pytest.mark.parametrize("uri", ["ftp://host/x", "s3:///key", "file://relative/path"])
