@@ -4,8 +4,9 @@ Two cases, each one pass per round over the same objects of a moto server on 127
 
 * ``large``: one object (256 MiB by default) read whole into memory:
   ``dataio.read`` (which splits it into ranged requests pinned to the ETag), the same
-  with ``readall_concurrency=1`` (one request), raw ``obstore.get(store, key).bytes()``
-  (one request), and boto3 ``get_object()["Body"].read()``;
+  with ``readall_concurrency=1`` (one request), ``dataio.fetch_into`` a reused buffer
+  (one request), raw ``obstore.get(store, key).bytes()`` (one request), and boto3
+  ``get_object()["Body"].read()``;
 * ``small``: 2,000 small JPEGs (about 16-100 KiB, from ``dataio.testing.make_jpegs``)
   read through a dataio pipeline (``slot("data").decode_bytes()``, ``batch(64)``) bound to
   their ``s3://`` URIs, vs boto3 ``get_object`` on a ``ThreadPoolExecutor``.
@@ -180,6 +181,16 @@ def large_contenders(url: str, key: str, size: int, threads: int) -> list[Conten
         finally:
             dataio.configure_transport("s3")
 
+    buffer = bytearray(size)
+
+    def via_fetch_into() -> tuple[int, str]:
+        # dataio's path for large eager reads: a caller-owned buffer, reused every pass
+        dataio.configure_transport("s3", readall_concurrency=1)
+        try:
+            return dataio.fetch_into(uri, buffer), "bytearray (reused)"
+        finally:
+            dataio.configure_transport("s3")
+
     def via_obstore() -> tuple[int, str]:
         return len(obstore.get(store, key).bytes()), "obstore.Bytes"
 
@@ -189,6 +200,7 @@ def large_contenders(url: str, key: str, size: int, threads: int) -> list[Conten
     return [
         Contender("dataio.read", via_dataio, size),
         Contender("dataio.read unsplit", via_dataio_single, size),
+        Contender("dataio.fetch_into unsplit", via_fetch_into, size),
         Contender("obstore get().bytes()", via_obstore, size),
         Contender("boto3 get_object", via_boto3, size),
     ]
@@ -280,8 +292,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"medians over {args.rounds} rounds; RSS growth: peak minus RSS at the pass start")
     print(f"load average after: {', '.join(f'{v:.2f}' for v in os.getloadavg())}")
     checks = [
-        ("large: dataio >= 0.90 x obstore", large[0].rate() / large[2].rate(), TARGET_VS_OBSTORE),
-        ("large: dataio > boto3", large[0].rate() / large[3].rate(), TARGET_VS_BOTO3),
+        ("large: dataio >= 0.90 x obstore", large[0].rate() / large[3].rate(), TARGET_VS_OBSTORE),
+        ("large: dataio > boto3", large[0].rate() / large[4].rate(), TARGET_VS_BOTO3),
         ("small: dataio > boto3", small[0].rate() / small[1].rate(), TARGET_VS_BOTO3),
     ]
     for label, ratio, target in checks:
