@@ -43,6 +43,7 @@ def test_reads_blobs_azurite_stored(az: str, azurite: Azurite) -> None:
     assert bytes(buffer) == data
     assert dio.reader(uri).read_all() == data
     assert bytes(dio.reader(uri).read_buffer()) == data
+    assert dio.stream(uri).read_all() == data
     assert dio.exists(uri)
     assert not dio.exists(az + "/absent.bin")
 

@@ -43,6 +43,7 @@ def test_reads_objects_the_emulator_stored(gs: str, gcs_emulator: GcsEmulator) -
     assert bytes(buffer[: len(data)]) == data
     assert dio.reader(uri).read_all() == data
     assert bytes(dio.reader(uri).read_buffer()) == data
+    assert dio.stream(uri).read_all() == data
     assert dio.exists(uri)
     assert not dio.exists(gs + "/absent.bin")
 

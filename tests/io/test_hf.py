@@ -58,6 +58,7 @@ def test_large_files_follow_the_redirect_without_the_token(repo: HubServer) -> N
     assert dio.fetch_into(uri, buffer) == len(data)
     assert bytes(buffer) == data
     assert dio.reader(uri).read_all() == data
+    assert dio.stream(uri).read_all() == data
     with pytest.raises(OutOfRangeError):
         dio.read(uri, offset=len(data) + 10, size=1)
 
