@@ -16,7 +16,7 @@ from dataio.io import cache
 from dataio.io.config import store_for
 from dataio.io.errors import call
 from dataio.io.stream import stream
-from dataio.io.uri import parse
+from dataio.io.uri import parse, require_writable
 from dataio.io.verbs import _download, read
 
 if TYPE_CHECKING:
@@ -152,6 +152,7 @@ class Writer:
         import obstore
 
         loc = parse(self.uri)
+        require_writable(loc, "write")
         store = store_for(loc)
         self._file = call(
             lambda: obstore.open_writer(store, loc.key, buffer_size=self.part_size),

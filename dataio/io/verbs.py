@@ -17,7 +17,7 @@ from dataio.exceptions import DataioError, NotFoundError, OutOfRangeError
 from dataio.io import cache
 from dataio.io.config import store_for, transport_for
 from dataio.io.errors import call
-from dataio.io.uri import Location, parse
+from dataio.io.uri import Location, parse, require_writable
 
 __all__ = ["delete", "exists", "fetch_into", "glob", "head", "ls", "read", "write"]
 
@@ -197,6 +197,7 @@ def write(uri: URI, data: Any) -> str | None:
     import obstore
 
     loc = parse(uri)
+    require_writable(loc, "write")
     result = call(lambda: obstore.put(store_for(loc), loc.key, data), uri, "write")
     cache.drop(loc)
     return result["e_tag"]
@@ -211,6 +212,7 @@ def delete(uri: URI) -> None:
     import obstore
 
     loc = parse(uri)
+    require_writable(loc, "delete")
     with contextlib.suppress(NotFoundError):
         call(lambda: obstore.delete(store_for(loc), loc.key), uri, "delete")
     cache.drop(loc)
@@ -226,6 +228,10 @@ def ls(prefix_uri: URI) -> list[str]:
     import obstore
 
     loc = parse(prefix_uri)
+    if loc.scheme == "hf":
+        from dataio.io import hf
+
+        return hf.ls(loc)
     prefix = loc.key.rstrip("/") or None
     result = call(lambda: obstore.list_with_delimiter(store_for(loc), prefix), prefix_uri, "ls")
     found = [loc.child(o["path"]) for o in result["objects"]]
@@ -254,6 +260,10 @@ def glob(pattern_uri: URI) -> list[str]:
         return [str(loc)] if exists(str(loc)) else []
     matcher = _glob_regex(loc.key)
     prefix = "/".join(literal) or None
+    if loc.scheme == "hf":
+        from dataio.io import hf
+
+        return sorted(loc.child(k) for k in hf.keys(loc, prefix) if matcher.match(k))
     store = store_for(loc)
 
     def collect() -> list[str]:

@@ -177,3 +177,28 @@ def test_the_hub_is_read_only() -> None:
 def test_hf_credentials_take_only_a_token() -> None:
     with pytest.raises(DataioError, match="hf:// takes no account_key"):
         dio.configure_credentials("hf", account_key="k")
+
+
+def test_ls_and_glob_verbs_list_the_hub(repo: HubServer) -> None:
+    data = repo.repo("datasets", "org/name")
+    for name in ("data/a.safetensors", "data/sub/b.safetensors", "data/sub/c.txt"):
+        data.put(name, name.encode())
+    base = "hf://datasets/org/name/"
+    assert dio.ls(base + "data/sub/") == [base + "data/sub/b.safetensors", base + "data/sub/c.txt"]
+    assert dio.glob(base + "**/*.safetensors") == [
+        base + "data/a.safetensors",
+        base + "data/sub/b.safetensors",
+    ]
+    assert dio.glob(base + "data/*.bin") == [base + "data/train.bin"]
+
+
+def test_writes_to_the_hub_are_refused_before_any_request(repo: HubServer) -> None:
+    repo.requests.clear()
+    uri = "hf://datasets/org/name/new.bin"
+    with pytest.raises(DataioError, match=r"hf:// is read-only"):
+        dio.write(uri, b"x")
+    with pytest.raises(DataioError, match=r"hf:// is read-only"):
+        dio.delete(uri)
+    with pytest.raises(DataioError, match=r"hf:// is read-only"), dio.writer(uri) as w:
+        w.write(b"x")
+    assert repo.requests == []
