@@ -67,6 +67,8 @@ from dataio.frame import (
     sql,
 )
 from dataio.io import (
+    SSEEvent,
+    Stream,
     configure_credentials,
     configure_endpoint,
     configure_transport,
@@ -78,6 +80,7 @@ from dataio.io import (
     ls,
     read,
     reader,
+    stream,
     write,
     writer,
 )
@@ -137,10 +140,12 @@ __all__ = [
     "Pipeline",
     "PlanError",
     "QueryError",
+    "SSEEvent",
     "SafetensorsFile",
     "ShapeMismatchError",
     "Slot",
     "Source",
+    "Stream",
     "TransformError",
     "TransportError",
     "TransportTimeoutError",
@@ -201,6 +206,7 @@ __all__ = [
     "slot",
     "sql",
     "sql_context",
+    "stream",
     "testing",
     "transforms",
     "urls",

@@ -1,5 +1,5 @@
 """One URI surface over obstore: local paths and ``file://``, ``s3://``, ``r2://``,
-``http(s)://``. Pipelines read through :func:`read_bytes`; scripts use the verbs,
+``gs://``, ``az://``, ``http(s)://`` and ``hf://``. Pipelines read through :func:`read_bytes`; scripts use the verbs,
 :func:`stream` reads a body on demand, and ``DATAIO_CACHE_DIR`` turns on a local cache
 of whole remote objects (:mod:`dataio.io.cache`)."""
 
