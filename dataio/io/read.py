@@ -23,7 +23,7 @@ FORMATS: tuple[str, ...] = get_args(ReadFormat)
 
 
 def read_bytes(uri: str | os.PathLike[str]) -> bytes:
-    """Read a whole object (a local path, ``file://``, ``s3://``, ``r2://``, ``http(s)://``).
+    """Read a whole object: a local path or any URI of :mod:`dataio.io` (s3, gs, az, hf...).
 
     Remote objects go through the local cache when ``DATAIO_CACHE_DIR`` is set.
 
