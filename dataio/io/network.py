@@ -32,11 +32,11 @@ import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from dataio.exceptions import DataioError
 
-__all__ = ["client_options", "proxy_for"]
+__all__ = ["client_options", "proxy_for", "proxy_passwords"]
 
 _PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy")
 # a proxy_url that is never contacted: proxy_excludes below exempts every host from it
@@ -95,6 +95,27 @@ def proxy_for(origin: str, environ: Mapping[str, str] | None = None) -> str | No
     if _bypassed(host, port, _variable(env, "no_proxy", empty_is_unset=False)):
         return None
     return _checked_proxy(*choice)
+
+
+def proxy_passwords(environ: Mapping[str, str] | None = None) -> set[str]:
+    """The passwords inside the proxy variables of ``environ`` (default: the process
+    environment), as written and percent-decoded, for masking them in messages.
+
+    Example:
+        >>> sorted(proxy_passwords({"HTTPS_PROXY": "http://bob:p%40ss@proxy:3128"}))
+        ['p%40ss', 'p@ss']
+    """
+    env = os.environ if environ is None else environ
+    found: set[str] = set()
+    for lower in _PROXY_VARS:
+        for name in (lower, lower.upper()):
+            value = env.get(name, "")
+            userinfo = value.partition("://")[2] if "://" in value else value
+            userinfo = userinfo.rpartition("@")[0]
+            if ":" in userinfo:
+                password = userinfo.split(":", 1)[1]
+                found.update(form for form in (password, unquote(password)) if form)
+    return found
 
 
 def _variable(

@@ -18,7 +18,7 @@ from helpers.tls_server import Authority, TLSRangeServer
 import dataio.io as dio
 from dataio.exceptions import DataioError, TransportError
 from dataio.io import config
-from dataio.io.network import client_options, proxy_for
+from dataio.io.network import client_options, proxy_for, proxy_passwords
 
 P = "http://proxy.test:3128"
 ACCESS_KEY, SECRET_KEY = "AKIAPROXYTEST", "proxy-test-secret"
@@ -331,3 +331,14 @@ def test_an_unreachable_proxy_is_a_transport_error_without_the_password(
     with pytest.raises(TransportError) as info:
         dio.read(origin)
     assert "hunter22" not in str(info.value)
+
+
+def test_proxy_passwords_are_found_for_masking() -> None:
+    env = {
+        "HTTPS_PROXY": "http://bob:p%40ss@proxy:3128",
+        "all_proxy": "carol:plain@proxy:1",
+        "HTTP_PROXY": "http://nopassword@proxy:1",
+        "NO_PROXY": "u:not-a-password@x",
+    }
+    assert proxy_passwords(env) == {"p%40ss", "p@ss", "plain"}
+    assert proxy_passwords({}) == set()
