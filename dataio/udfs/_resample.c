@@ -7,11 +7,18 @@
  * resize(size, BILINEAR, box=...) to within one level: Pillow rounds its intermediate
  * pass to 8 bits, this keeps it in float.
  *
- * For each output row, the vertical pass runs first over contiguous source rows (it
- * vectorizes over the whole row) into one small intermediate row; the horizontal pass
- * then produces each output pixel and writes it straight to its place: CHW or HWC,
- * mirrored if asked, as float32 (x * scale + bias) or uint8.
- * The GIL is released for the whole computation.
+ * Only the box is computed: for each output row, the vertical pass reads the rows and
+ * columns that row's taps touch and writes one intermediate row per channel (planar, so
+ * the horizontal taps of one output value are contiguous); the horizontal pass then
+ * produces the output row one channel at a time, applies the normalization affine, and
+ * writes CHW float32 straight into the destination (other layouts go through one row
+ * buffer). A horizontal flip is a reversed coefficient table; a vertical flip writes
+ * rows bottom up.
+ *
+ * On x86-64 both passes have AVX2/FMA versions picked at run time; elsewhere, or when
+ * forced with set_simd(False), the portable loops run (the compiler vectorizes them as
+ * far as the target allows). The two agree to float rounding. The GIL is released for
+ * the whole computation.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -19,10 +26,17 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef __SSE2__
-#include <xmmintrin.h>
-#include <emmintrin.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HAVE_AVX2_PATH 1
+#include <immintrin.h>
+#define AVX2_FN static __attribute__((target("avx2,fma")))
+#else
+#define HAVE_AVX2_PATH 0
 #endif
+
+/* Horizontal taps are padded to a multiple of this (one AVX2 vector of floats). */
+#define TAP_BLOCK 8
 
 typedef struct {
     int *start; /* first source index per output index */
@@ -96,188 +110,345 @@ typedef struct {
     float scale[4], bias[4];
 } Job;
 
-/* tmp[i] = sum_k rows[k][i] * w[k] for i < n: the vertical pass over one output row. */
-static void vertical(float *restrict tmp, const uint8_t *restrict s0, size_t stride,
-                     const float *restrict w, int taps, size_t n) {
-    size_t i = 0;
-#ifdef __SSE2__
-    const __m128i zero = _mm_setzero_si128();
-    for (; i + 16 <= n; i += 16) {
-        __m128 a0 = _mm_setzero_ps(), a1 = _mm_setzero_ps();
-        __m128 a2 = _mm_setzero_ps(), a3 = _mm_setzero_ps();
-        for (int k = 0; k < taps; k++) {
-            __m128i v = _mm_loadu_si128((const __m128i *)(s0 + (size_t)k * stride + i));
-            __m128i lo = _mm_unpacklo_epi8(v, zero), hi = _mm_unpackhi_epi8(v, zero);
-            __m128 wk = _mm_set1_ps(w[k]);
-            a0 = _mm_add_ps(a0, _mm_mul_ps(_mm_cvtepi32_ps(_mm_unpacklo_epi16(lo, zero)), wk));
-            a1 = _mm_add_ps(a1, _mm_mul_ps(_mm_cvtepi32_ps(_mm_unpackhi_epi16(lo, zero)), wk));
-            a2 = _mm_add_ps(a2, _mm_mul_ps(_mm_cvtepi32_ps(_mm_unpacklo_epi16(hi, zero)), wk));
-            a3 = _mm_add_ps(a3, _mm_mul_ps(_mm_cvtepi32_ps(_mm_unpackhi_epi16(hi, zero)), wk));
-        }
-        _mm_storeu_ps(tmp + i, a0);
-        _mm_storeu_ps(tmp + i + 4, a1);
-        _mm_storeu_ps(tmp + i + 8, a2);
-        _mm_storeu_ps(tmp + i + 12, a3);
+/* Everything one call needs besides the job: coefficient tables in the layout the
+   passes read, and the scratch rows. */
+typedef struct {
+    const Coeffs *cy;
+    int x_lo, x_n;  /* source columns the horizontal taps touch */
+    int *hstart;    /* per output column (flip applied): first tap, relative to x_lo */
+    float *hw;      /* per output column: kpad taps, zero past the real ones */
+    int kpad;
+    float *planes;  /* C intermediate rows of plane_len floats (zero padded) */
+    size_t plane_len;
+    float *tmp;     /* interleaved intermediate row (x_n * C floats) */
+    float *line;    /* one output row, planar, C * out_w floats */
+} Work;
+
+/* -- portable passes ------------------------------------------------------------------ */
+
+/* planes[c][x] = sum_k rows[k][x * C + c] * w[k] for x < x_n. */
+static void vertical_scalar(const Work *wk, const uint8_t *restrict s0, size_t stride,
+                            const float *restrict w, int taps, int C) {
+    size_t n = (size_t)wk->x_n * C;
+    float *restrict acc = C == 1 ? wk->planes : wk->tmp;
+    for (size_t i = 0; i < n; i++) acc[i] = 0.0f;
+    for (int k = 0; k < taps; k++) {
+        const uint8_t *restrict row = s0 + (size_t)k * stride;
+        float wk_ = w[k];
+        for (size_t i = 0; i < n; i++) acc[i] += (float)row[i] * wk_;
     }
-#endif
-    for (; i < n; i++) {
-        float acc = 0.0f;
-        for (int k = 0; k < taps; k++) acc += (float)s0[(size_t)k * stride + i] * w[k];
-        tmp[i] = acc;
+    if (C == 1) return;
+    for (int c = 0; c < C; c++) {
+        float *restrict plane = wk->planes + (size_t)c * wk->plane_len;
+        for (int x = 0; x < wk->x_n; x++) plane[x] = acc[(size_t)x * C + c];
     }
 }
 
-/* Write one finished output row (line: out_w pixels of 4 floats, already mirrored and
-   normalized) to its place in the destination. */
-static inline void emit_row(const Job *j, const float *restrict line, int dy, const int C,
-                            const int chw, const int out_float) {
+/* dst[ox] = affine(sum_k plane[hstart[ox] + k] * hw[ox][k]) for ox < n. */
+static void horizontal_scalar(const Work *wk, const float *restrict plane, float *restrict dst,
+                              int n, int affine, float scale, float bias) {
+    for (int ox = 0; ox < n; ox++) {
+        const float *p = plane + wk->hstart[ox];
+        const float *w = wk->hw + (size_t)ox * wk->kpad;
+        float acc = 0.0f;
+        for (int k = 0; k < wk->kpad; k++) acc += p[k] * w[k];
+        dst[ox] = affine ? acc * scale + bias : acc;
+    }
+}
+
+static void to_u8_scalar(const float *restrict v, uint8_t *restrict out, int n) {
+    for (int i = 0; i < n; i++) {
+        float r = floorf(v[i] + 0.5f);
+        out[i] = (uint8_t)(r < 0.0f ? 0.0f : (r > 255.0f ? 255.0f : r));
+    }
+}
+
+/* -- AVX2 / FMA passes ---------------------------------------------------------------- */
+
+#if HAVE_AVX2_PATH
+/* 8 bytes -> 8 floats */
+AVX2_FN inline __m256 load8_u8(const uint8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+
+AVX2_FN void vertical_avx2(const Work *wk, const uint8_t *restrict s0, size_t stride,
+                           const float *restrict w, int taps, int C) {
+    size_t n = (size_t)wk->x_n * C;
+    size_t i = 0;
+    if (C == 3) {
+        /* 8 pixels (24 values) at a time, split into planes in registers: each channel's
+           lanes come from disjoint lanes of the three vectors, so two blends and one
+           permute gather them */
+        float *r = wk->planes, *g = r + wk->plane_len, *b = g + wk->plane_len;
+        const __m256i ir = _mm256_setr_epi32(0, 3, 6, 1, 4, 7, 2, 5);
+        const __m256i ig = _mm256_setr_epi32(1, 4, 7, 2, 5, 0, 3, 6);
+        const __m256i ib = _mm256_setr_epi32(2, 5, 0, 3, 6, 1, 4, 7);
+        for (; i + 24 <= n; i += 24) {
+            __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps();
+            for (int k = 0; k < taps; k++) {
+                const uint8_t *row = s0 + (size_t)k * stride + i;
+                __m256 wv = _mm256_broadcast_ss(w + k);
+                a0 = _mm256_fmadd_ps(load8_u8(row), wv, a0);
+                a1 = _mm256_fmadd_ps(load8_u8(row + 8), wv, a1);
+                a2 = _mm256_fmadd_ps(load8_u8(row + 16), wv, a2);
+            }
+            /* a0 = r0 g0 b0 r1 g1 b1 r2 g2, a1 = b2 r3 g3 b3 r4 g4 b4 r5,
+               a2 = g5 b5 r6 g6 b6 r7 g7 b7 */
+            __m256 rr = _mm256_blend_ps(_mm256_blend_ps(a0, a1, 0x92), a2, 0x24);
+            __m256 gg = _mm256_blend_ps(_mm256_blend_ps(a0, a1, 0x24), a2, 0x49);
+            __m256 bb = _mm256_blend_ps(_mm256_blend_ps(a0, a1, 0x49), a2, 0x92);
+            size_t x = i / 3;
+            _mm256_storeu_ps(r + x, _mm256_permutevar8x32_ps(rr, ir));
+            _mm256_storeu_ps(g + x, _mm256_permutevar8x32_ps(gg, ig));
+            _mm256_storeu_ps(b + x, _mm256_permutevar8x32_ps(bb, ib));
+        }
+        for (; i < n; i++) {
+            float acc = 0.0f;
+            for (int k = 0; k < taps; k++) acc += (float)s0[(size_t)k * stride + i] * w[k];
+            wk->planes[(i % 3) * wk->plane_len + i / 3] = acc;
+        }
+        return;
+    }
+    float *acc = C == 1 ? wk->planes : wk->tmp;
+    for (; i + 16 <= n; i += 16) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+        for (int k = 0; k < taps; k++) {
+            const uint8_t *row = s0 + (size_t)k * stride + i;
+            __m256 wv = _mm256_broadcast_ss(w + k);
+            a0 = _mm256_fmadd_ps(load8_u8(row), wv, a0);
+            a1 = _mm256_fmadd_ps(load8_u8(row + 8), wv, a1);
+        }
+        _mm256_storeu_ps(acc + i, a0);
+        _mm256_storeu_ps(acc + i + 8, a1);
+    }
+    for (; i < n; i++) {
+        float a = 0.0f;
+        for (int k = 0; k < taps; k++) a += (float)s0[(size_t)k * stride + i] * w[k];
+        acc[i] = a;
+    }
+    if (C == 1) return;
+    for (int c = 0; c < C; c++) {
+        float *plane = wk->planes + (size_t)c * wk->plane_len;
+        for (int x = 0; x < wk->x_n; x++) plane[x] = acc[(size_t)x * C + c];
+    }
+}
+
+/* Lane i of the result is the sum of the lanes of v_i: a transposing tree of adds. */
+AVX2_FN inline __m256 sum_lanes8(__m256 v0, __m256 v1, __m256 v2, __m256 v3, __m256 v4,
+                                 __m256 v5, __m256 v6, __m256 v7) {
+    __m256 t0 = _mm256_hadd_ps(_mm256_hadd_ps(v0, v1), _mm256_hadd_ps(v2, v3));
+    __m256 t1 = _mm256_hadd_ps(_mm256_hadd_ps(v4, v5), _mm256_hadd_ps(v6, v7));
+    return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20),
+                         _mm256_permute2f128_ps(t0, t1, 0x31));
+}
+
+/* One output value's taps (kpad of them) times its weights, as a vector to be summed. */
+AVX2_FN inline __m256 taps_product(const float *p, const float *w, int kpad) {
+    __m256 a = _mm256_mul_ps(_mm256_loadu_ps(p), _mm256_load_ps(w));
+    for (int k = TAP_BLOCK; k < kpad; k += TAP_BLOCK)
+        a = _mm256_fmadd_ps(_mm256_loadu_ps(p + k), _mm256_load_ps(w + k), a);
+    return a;
+}
+
+/* Eight output columns at a time, every channel: one product vector per output value,
+   then one tree of horizontal adds for eight values. kpad == 8 (downscales below about
+   3.5x) has its own loop, so the eight tap pointers stay in registers. */
+AVX2_FN void horizontal_avx2(const Work *wk, int C, float *const *dst, int n, int affine,
+                             const float *scale, const float *bias) {
+    const int kpad = wk->kpad;
+    const size_t pl = wk->plane_len;
+    const int *hs = wk->hstart;
+    const float *hw = wk->hw;
+    const float *planes = wk->planes;
+    int ox = 0;
+    if (kpad == 8) {
+        for (; ox + 8 <= n; ox += 8, hs += 8, hw += 64) {
+            const float *p0 = planes + hs[0], *p1 = planes + hs[1], *p2 = planes + hs[2];
+            const float *p3 = planes + hs[3], *p4 = planes + hs[4], *p5 = planes + hs[5];
+            const float *p6 = planes + hs[6], *p7 = planes + hs[7];
+            for (int c = 0; c < C; c++) {
+                size_t o = (size_t)c * pl;
+#define T8(i) _mm256_mul_ps(_mm256_loadu_ps(p##i + o), _mm256_load_ps(hw + 8 * i))
+                __m256 sum = sum_lanes8(T8(0), T8(1), T8(2), T8(3), T8(4), T8(5), T8(6), T8(7));
+#undef T8
+                if (affine) sum = _mm256_fmadd_ps(sum, _mm256_set1_ps(scale[c]),
+                                                  _mm256_set1_ps(bias[c]));
+                _mm256_storeu_ps(dst[c] + ox, sum);
+            }
+        }
+    } else {
+        for (; ox + 8 <= n; ox += 8, hs += 8, hw += (size_t)8 * kpad) {
+            for (int c = 0; c < C; c++) {
+                const float *p = planes + (size_t)c * pl;
+#define TK(i) taps_product(p + hs[i], hw + (size_t)(i) * kpad, kpad)
+                __m256 sum = sum_lanes8(TK(0), TK(1), TK(2), TK(3), TK(4), TK(5), TK(6), TK(7));
+#undef TK
+                if (affine) sum = _mm256_fmadd_ps(sum, _mm256_set1_ps(scale[c]),
+                                                  _mm256_set1_ps(bias[c]));
+                _mm256_storeu_ps(dst[c] + ox, sum);
+            }
+        }
+    }
+    if (ox < n) {
+        Work rest = *wk;
+        rest.hstart += ox;
+        rest.hw += (size_t)ox * kpad;
+        for (int c = 0; c < C; c++)
+            horizontal_scalar(&rest, planes + (size_t)c * pl, dst[c] + ox, n - ox, affine,
+                              scale[c], bias[c]);
+    }
+}
+
+AVX2_FN void to_u8_avx2(const float *restrict v, uint8_t *restrict out, int n) {
+    const __m256 lo = _mm256_setzero_ps(), hi = _mm256_set1_ps(255.0f);
+    const __m256 half = _mm256_set1_ps(0.5f);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_add_ps(_mm256_min_ps(_mm256_max_ps(_mm256_loadu_ps(v + i), lo), hi), half);
+        __m256i q = _mm256_cvttps_epi32(x); /* floor(x + 0.5) for x >= 0 */
+        __m128i w16 = _mm_packus_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+        _mm_storel_epi64((__m128i *)(out + i), _mm_packus_epi16(w16, w16));
+    }
+    to_u8_scalar(v + i, out + i, n - i);
+}
+#endif
+
+/* -- driver --------------------------------------------------------------------------- */
+
+static int use_simd = -1; /* -1: not decided yet */
+
+static int simd_supported(void) {
+#if HAVE_AVX2_PATH
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return 0;
+#endif
+}
+
+/* Write one finished output row (planar, line[c * out_w + x]) where it belongs. */
+static void emit_row(const Job *j, const float *restrict line, int dy, int C, int simd) {
     int W = j->out_w;
     size_t plane = (size_t)j->out_h * W;
     size_t row0 = (size_t)dy * W;
-    int x = 0;
-    if (out_float && chw) {
-        float *out = (float *)j->out;
-#ifdef __SSE2__
-        if (C == 3 || C == 4) {
-            for (; x + 4 <= W; x += 4) {
-                __m128 p0 = _mm_loadu_ps(line + (size_t)x * 4);
-                __m128 p1 = _mm_loadu_ps(line + (size_t)x * 4 + 4);
-                __m128 p2 = _mm_loadu_ps(line + (size_t)x * 4 + 8);
-                __m128 p3 = _mm_loadu_ps(line + (size_t)x * 4 + 12);
-                _MM_TRANSPOSE4_PS(p0, p1, p2, p3);
-                _mm_storeu_ps(out + row0 + x, p0);
-                _mm_storeu_ps(out + plane + row0 + x, p1);
-                _mm_storeu_ps(out + 2 * plane + row0 + x, p2);
-                if (C == 4) _mm_storeu_ps(out + 3 * plane + row0 + x, p3);
-            }
-        }
-#endif
-        for (; x < W; x++)
-            for (int c = 0; c < C; c++) out[(size_t)c * plane + row0 + x] = line[(size_t)x * 4 + c];
-        return;
-    }
-#ifdef __SSE2__
-    if (!out_float && chw && (C == 3 || C == 4)) {
-        uint8_t *out = (uint8_t *)j->out;
-        const __m128 lo = _mm_setzero_ps(), hi = _mm_set1_ps(255.0f), half = _mm_set1_ps(0.5f);
-        for (; x + 4 <= W; x += 4) {
-            __m128 p[4];
-            for (int i = 0; i < 4; i++) p[i] = _mm_loadu_ps(line + (size_t)(x + i) * 4);
-            _MM_TRANSPOSE4_PS(p[0], p[1], p[2], p[3]);
-            for (int c = 0; c < C; c++) {
-                __m128 v = _mm_add_ps(_mm_min_ps(_mm_max_ps(p[c], lo), hi), half);
-                __m128i n = _mm_cvttps_epi32(v); /* floor(v + 0.5) for v >= 0 */
-                n = _mm_packus_epi16(_mm_packs_epi32(n, n), n);
-                int32_t four = _mm_cvtsi128_si32(n);
-                memcpy(out + (size_t)c * plane + row0 + x, &four, 4);
-            }
-        }
-    }
-#endif
-    for (; x < W; x++) {
+    if (j->chw && !j->out_float) {
         for (int c = 0; c < C; c++) {
-            size_t at = chw ? (size_t)c * plane + row0 + x : (row0 + x) * C + c;
-            float v = line[(size_t)x * 4 + c];
-            if (out_float) {
-                ((float *)j->out)[at] = v;
-            } else {
-                float r = floorf(v + 0.5f);
-                ((uint8_t *)j->out)[at] = (uint8_t)(r < 0.0f ? 0.0f : (r > 255.0f ? 255.0f : r));
-            }
-        }
-    }
-}
-
-/* Both passes for all output rows; inlined per (C, chw, out_float) so loops specialize. */
-static inline void resample_rows(const Job *j, const Coeffs *cx, const Coeffs *cy,
-                                 float *restrict tmp, float *restrict line, int x_lo, int x_n,
-                                 const int C, const int chw, const int out_float) {
-    size_t src_stride = (size_t)j->src_w * C;
-    size_t row_len = (size_t)x_n * C;
-#ifdef __SSE2__
-    const __m128 scale = _mm_loadu_ps(j->scale), bias = _mm_loadu_ps(j->bias);
-#endif
-    for (int oy = 0; oy < j->out_h; oy++) {
-        const uint8_t *s0 = j->src + (size_t)cy->start[oy] * src_stride + (size_t)x_lo * C;
-        vertical(tmp, s0, src_stride, cy->w + (size_t)oy * cy->ksize, cy->size[oy], row_len);
-        for (int ox = 0; ox < j->out_w; ox++) {
-            int dx = j->hflip ? j->out_w - 1 - ox : ox;
-            const float *wx = cx->w + (size_t)ox * cx->ksize;
-            const float *p = tmp + (size_t)(cx->start[ox] - x_lo) * C;
-            float *acc = line + (size_t)dx * 4;
-            int taps = cx->size[ox];
-#ifdef __SSE2__
-            if (C > 1) {
-                /* one vector per tap holds every channel (lanes past C are ignored; tmp
-                   is padded so the last load stays inside it) */
-                __m128 a = _mm_setzero_ps();
-                for (int k = 0; k < taps; k++)
-                    a = _mm_add_ps(a, _mm_mul_ps(_mm_loadu_ps(p + k * C), _mm_set1_ps(wx[k])));
-                if (out_float) a = _mm_add_ps(_mm_mul_ps(a, scale), bias);
-                _mm_storeu_ps(acc, a);
+            uint8_t *dst = (uint8_t *)j->out + (size_t)c * plane + row0;
+#if HAVE_AVX2_PATH
+            if (simd) {
+                to_u8_avx2(line + (size_t)c * W, dst, W);
                 continue;
             }
 #endif
-            for (int c = 0; c < 4; c++) acc[c] = 0.0f;
-            for (int k = 0; k < taps; k++)
-                for (int c = 0; c < C; c++) acc[c] += p[k * C + c] * wx[k];
-            if (out_float)
-                for (int c = 0; c < C; c++) acc[c] = acc[c] * j->scale[c] + j->bias[c];
+            to_u8_scalar(line + (size_t)c * W, dst, W);
         }
-        emit_row(j, line, j->vflip ? j->out_h - 1 - oy : oy, C, chw, out_float);
+        return;
+    }
+    (void)simd;
+    /* HWC */
+    for (int c = 0; c < C; c++) {
+        const float *src = line + (size_t)c * W;
+        if (j->out_float) {
+            float *dst = (float *)j->out + row0 * C + c;
+            for (int x = 0; x < W; x++) dst[(size_t)x * C] = src[x];
+        } else {
+            uint8_t *dst = (uint8_t *)j->out + row0 * C + c;
+            for (int x = 0; x < W; x++) {
+                float r = floorf(src[x] + 0.5f);
+                dst[(size_t)x * C] = (uint8_t)(r < 0.0f ? 0.0f : (r > 255.0f ? 255.0f : r));
+            }
+        }
     }
 }
 
-#define DISPATCH(C)                                                                    \
-    do {                                                                               \
-        if (j->chw && j->out_float) resample_rows(j, &cx, &cy, tmp, line, x_lo, x_n, C, 1, 1); \
-        else if (j->chw) resample_rows(j, &cx, &cy, tmp, line, x_lo, x_n, C, 1, 0);    \
-        else if (j->out_float) resample_rows(j, &cx, &cy, tmp, line, x_lo, x_n, C, 0, 1); \
-        else resample_rows(j, &cx, &cy, tmp, line, x_lo, x_n, C, 0, 0);                \
-    } while (0)
+static void resample_rows(const Job *j, const Work *wk, int simd) {
+    const int C = j->channels;
+    const size_t src_stride = (size_t)j->src_w * C;
+    const Coeffs *cy = wk->cy;
+    const int direct = j->chw && j->out_float; /* the horizontal pass writes the output */
+    const size_t out_plane = (size_t)j->out_h * j->out_w;
+    for (int oy = 0; oy < j->out_h; oy++) {
+        const uint8_t *s0 = j->src + (size_t)cy->start[oy] * src_stride + (size_t)wk->x_lo * C;
+        const float *w = cy->w + (size_t)oy * cy->ksize;
+        int dy = j->vflip ? j->out_h - 1 - oy : oy;
+#if HAVE_AVX2_PATH
+        if (simd)
+            vertical_avx2(wk, s0, src_stride, w, cy->size[oy], C);
+        else
+#endif
+            vertical_scalar(wk, s0, src_stride, w, cy->size[oy], C);
+        float *dst[4];
+        for (int c = 0; c < C; c++)
+            dst[c] = direct ? (float *)j->out + c * out_plane + (size_t)dy * j->out_w
+                            : wk->line + (size_t)c * j->out_w;
+#if HAVE_AVX2_PATH
+        if (simd) {
+            horizontal_avx2(wk, C, dst, j->out_w, j->out_float, j->scale, j->bias);
+        } else
+#endif
+        {
+            for (int c = 0; c < C; c++)
+                horizontal_scalar(wk, wk->planes + (size_t)c * wk->plane_len, dst[c], j->out_w,
+                                  j->out_float, j->scale[c], j->bias[c]);
+        }
+        if (!direct) emit_row(j, wk->line, dy, C, simd);
+    }
+}
+
+static void *alloc_zeroed(size_t count, size_t size) {
+    size_t bytes = (count * size + 31) / 32 * 32;
+    void *p = aligned_alloc(32, bytes ? bytes : 32);
+    if (p) memset(p, 0, bytes);
+    return p;
+}
 
 /* Returns 0 on success, -1 when memory ran out. */
-static int run(const Job *j) {
+static int run(const Job *j, int simd) {
     Coeffs cx = {0}, cy = {0};
-    int C = j->channels;
+    Work wk = {0};
+    int C = j->channels, status = -1;
     if (coeffs_init(&cx, j->src_w, j->box[0], j->box[2], j->out_w) < 0) return -1;
-    if (coeffs_init(&cy, j->src_h, j->box[1], j->box[3], j->out_h) < 0) {
-        coeffs_free(&cx);
-        return -1;
-    }
-    int x_lo = j->src_w, x_hi = 0;
+    if (coeffs_init(&cy, j->src_h, j->box[1], j->box[3], j->out_h) < 0) goto done;
+    int x_lo = j->src_w, x_hi = 0, taps = 1;
     for (int i = 0; i < j->out_w; i++) {
         if (cx.start[i] < x_lo) x_lo = cx.start[i];
         if (cx.start[i] + cx.size[i] > x_hi) x_hi = cx.start[i] + cx.size[i];
+        if (cx.size[i] > taps) taps = cx.size[i];
     }
     if (x_hi < x_lo) x_hi = x_lo;
-    int x_n = x_hi - x_lo;
-    /* one intermediate row, reused (it stays in L1), padded for 4-float loads, and one
-       output row of 4-float pixels */
-    float *tmp = calloc((size_t)x_n * C + 4, sizeof(float));
-    float *line = calloc((size_t)j->out_w * 4, sizeof(float));
-    if (!tmp || !line) {
-        free(tmp);
-        free(line);
-        coeffs_free(&cx);
-        coeffs_free(&cy);
-        return -1;
+    wk.cy = &cy;
+    wk.x_lo = x_lo;
+    wk.x_n = x_hi - x_lo;
+    wk.kpad = (taps + TAP_BLOCK - 1) / TAP_BLOCK * TAP_BLOCK;
+    /* padded so a full kpad read from any column's first tap stays inside, on zeros */
+    wk.plane_len = (size_t)wk.x_n + wk.kpad + TAP_BLOCK;
+    wk.hstart = malloc(sizeof(int) * j->out_w);
+    wk.hw = alloc_zeroed((size_t)j->out_w * wk.kpad, sizeof(float));
+    wk.planes = alloc_zeroed(wk.plane_len * C, sizeof(float));
+    wk.tmp = alloc_zeroed((size_t)wk.x_n * C + 1, sizeof(float));
+    wk.line = alloc_zeroed((size_t)j->out_w * C, sizeof(float));
+    if (!wk.hstart || !wk.hw || !wk.planes || !wk.tmp || !wk.line) goto done;
+    for (int ox = 0; ox < j->out_w; ox++) {
+        int sx = j->hflip ? j->out_w - 1 - ox : ox;
+        wk.hstart[ox] = cx.start[sx] - x_lo;
+        memcpy(wk.hw + (size_t)ox * wk.kpad, cx.w + (size_t)sx * cx.ksize,
+               sizeof(float) * cx.size[sx]);
     }
-    switch (C) {
-        case 1: DISPATCH(1); break;
-        case 3: DISPATCH(3); break;
-        case 4: DISPATCH(4); break;
-        default: DISPATCH(2); break;
-    }
-    free(tmp);
-    free(line);
+    resample_rows(j, &wk, simd);
+    status = 0;
+done:
+    free(wk.hstart);
+    free(wk.hw);
+    free(wk.planes);
+    free(wk.tmp);
+    free(wk.line);
     coeffs_free(&cx);
     coeffs_free(&cy);
-    return 0;
+    return status;
 }
 
 static int read_floats(PyObject *obj, float *dst, int n, float fill, const char *what) {
-    for (int i = 0; i < 4; i++) dst[i] = fill; /* every lane: unused ones enter vector math */
+    for (int i = 0; i < 4; i++) dst[i] = fill;
     if (obj == Py_None) return 0;
     PyObject *seq = PySequence_Fast(obj, what);
     if (!seq) return -1;
@@ -329,8 +500,8 @@ static PyObject *resample_into(PyObject *self, PyObject *args) {
                read_floats(bias_obj, j.bias, j.channels, 0.0f, "bias") == 0) {
         j.src = src.buf;
         j.out = out.buf;
-        int status;
-        Py_BEGIN_ALLOW_THREADS status = run(&j);
+        int status, simd = use_simd;
+        Py_BEGIN_ALLOW_THREADS status = run(&j, simd);
         Py_END_ALLOW_THREADS if (status < 0) PyErr_NoMemory();
         else {
             Py_INCREF(Py_None);
@@ -342,8 +513,30 @@ static PyObject *resample_into(PyObject *self, PyObject *args) {
     return result;
 }
 
+PyDoc_STRVAR(set_simd_doc,
+             "set_simd(enabled)\n\n"
+             "Use the SIMD passes when enabled and the CPU has them, else the portable ones "
+             "(for tests). Returns the name of the passes now in use.");
+
+static const char *simd_name(void) { return use_simd ? "avx2" : "portable"; }
+
+static PyObject *set_simd(PyObject *self, PyObject *arg) {
+    int enabled = PyObject_IsTrue(arg);
+    if (enabled < 0) return NULL;
+    use_simd = enabled && simd_supported();
+    return PyUnicode_FromString(simd_name());
+}
+
+PyDoc_STRVAR(simd_doc, "simd()\n\nThe name of the passes in use: 'avx2' or 'portable'.");
+
+static PyObject *simd(PyObject *self, PyObject *noargs) {
+    return PyUnicode_FromString(simd_name());
+}
+
 static PyMethodDef methods[] = {
     {"resample_into", resample_into, METH_VARARGS, resample_into_doc},
+    {"set_simd", set_simd, METH_O, set_simd_doc},
+    {"simd", simd, METH_NOARGS, simd_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -351,4 +544,7 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_resample", "Fused image resampling kernels.", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__resample(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__resample(void) {
+    use_simd = simd_supported();
+    return PyModule_Create(&module);
+}

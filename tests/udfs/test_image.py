@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -98,14 +99,22 @@ def run(data: bytes, spec: ImageSpec, seed: int | None = None) -> np.ndarray:
     return run_chain(data, spec, rng)[0]
 
 
-@pytest.fixture(autouse=True, params=["native", "pillow"])
-def kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test runs on the compiled resampler and on the Pillow fallback."""
-    if request.param == "native":
-        assert image_module.native_available(), "the C kernel was not built"
-    else:
+@pytest.fixture(autouse=True, params=["native", "portable", "pillow"])
+def kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Every test runs on the compiled resampler (with its SIMD passes where the CPU has
+    them, and with the portable passes forced) and on the Pillow fallback."""
+    if request.param == "pillow":
         monkeypatch.setattr(image_module, "_resample", None)
-    return str(request.param)
+        yield str(request.param)
+        return
+    assert image_module.native_available(), "the C kernel was not built"
+    native = image_module._resample
+    previous = native.simd() != "portable"
+    native.set_simd(request.param == "native")
+    try:
+        yield str(request.param)
+    finally:
+        native.set_simd(previous)
 
 
 def assert_resampled_like(actual: np.ndarray, expected: np.ndarray) -> None:
