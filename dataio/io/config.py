@@ -311,6 +311,7 @@ def redact(text: str) -> str:
                 secrets.update(_sas_signatures(v) if k == "sas_token" else ())
     secrets.update(os.environ[k] for k in _SECRET_ENV if os.environ.get(k))
     secrets.update(_json_secrets(os.environ.get("GOOGLE_SERVICE_ACCOUNT_KEY", "")))
+    secrets.update(_proxy_passwords())
     variants = {form for s in secrets for form in (s, quote(s, safe=""), unquote(s))}
     for secret in sorted(variants, key=len, reverse=True):
         if len(secret) >= 4:
@@ -318,6 +319,12 @@ def redact(text: str) -> str:
     for pattern, replacement in _SECRET_PATTERNS:
         text = pattern.sub(replacement, text)
     return text
+
+
+def _proxy_passwords() -> set[str]:
+    from dataio.io.network import proxy_passwords
+
+    return proxy_passwords()
 
 
 def _sas_signatures(token: str) -> list[str]:

@@ -41,6 +41,8 @@ _CREDENTIAL_HINTS = {
     "http": "dataio.configure_credentials(scheme, bearer_token=...)",
     "https": "dataio.configure_credentials(scheme, bearer_token=...)",
 }
+_TLS = re.compile(r"InvalidCertificate\(\s*(\w+)")
+_PROXY_AUTH = re.compile(r"407 Proxy Authentication Required|ProxyAuthRequired")
 _TIMEOUT = re.compile(r"timed out|TimedOut|kind: Timeout|deadline has elapsed", re.IGNORECASE)
 _CONNECTION = re.compile(
     r"connection|connect|error sending request|broken pipe|reset by peer|"
@@ -89,6 +91,19 @@ def translate(exc: BaseException, uri: object, verb: str) -> DataioError:
         )
     if _RANGE.search(detail):
         return OutOfRangeError(f"{verb} {target!r}: the byte range lies past the end of the object")
+    tls = _TLS.search(full)
+    if tls:
+        return TransportError(
+            f"{verb} {target!r}: the server's TLS certificate is not trusted ({tls.group(1)}); "
+            "if a private CA signed it, point SSL_CERT_FILE (or AWS_CA_BUNDLE) at a PEM "
+            "bundle holding that CA"
+        )
+    if _PROXY_AUTH.search(full):
+        return AuthenticationError(
+            f"{verb} {target!r}: the HTTP proxy rejected its credentials (407); check "
+            "user:password in HTTP_PROXY / HTTPS_PROXY / ALL_PROXY (percent-encode "
+            "reserved characters)"
+        )
     if isinstance(exc, TimeoutError) or _TIMEOUT.search(full):
         return TransportTimeoutError(
             f"{verb} {target!r} timed out ({detail}); raise the limit with "

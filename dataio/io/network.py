@@ -36,7 +36,7 @@ from urllib.parse import unquote, urlsplit
 
 from dataio.exceptions import DataioError
 
-__all__ = ["client_options", "proxy_for", "proxy_passwords"]
+__all__ = ["client_options", "proxy_for", "proxy_passwords", "tls_roots"]
 
 _PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy")
 # a proxy_url that is never contacted: proxy_excludes below exempts every host from it
@@ -231,6 +231,19 @@ def _network(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
         return ipaddress.ip_network(text, strict=False)
     except ValueError:
         return None
+
+
+def tls_roots(environ: Mapping[str, str] | None = None) -> str | None:
+    """The PEM bundle that replaces the built-in TLS roots (``SSL_CERT_FILE``, else
+    ``AWS_CA_BUNDLE``), checked; None when neither is set.
+
+    Example:
+        >>> tls_roots({}) is None
+        True
+    """
+    options = _tls_options(os.environ if environ is None else environ)
+    root: str | None = options.get("root_certificate")
+    return root
 
 
 def _tls_options(env: Mapping[str, str]) -> dict[str, Any]:

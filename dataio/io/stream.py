@@ -636,9 +636,9 @@ def _tls_context() -> ssl.SSLContext:
     ``AWS_CA_BUNDLE``) in place of the system roots when set."""
     import ssl
 
-    from dataio.io.network import _tls_options
+    from dataio.io.network import tls_roots
 
-    pem = _tls_options(os.environ).get("root_certificate")
+    pem = tls_roots()
     return ssl.create_default_context(cadata=pem) if pem else ssl.create_default_context()
 
 

@@ -39,6 +39,8 @@ def test_an_unknown_ca_is_a_transport_error(network_env: pytest.MonkeyPatch, url
     with pytest.raises(TransportError) as info:
         dio.read(url)
     assert "a.bin" in str(info.value)
+    assert "TLS certificate is not trusted" in str(info.value)
+    assert "SSL_CERT_FILE" in str(info.value)
 
 
 @pytest.mark.parametrize("variable", ["SSL_CERT_FILE", "AWS_CA_BUNDLE"])
