@@ -171,8 +171,11 @@ AVX2_FN inline __m256 load8_u8(const uint8_t *p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }
 
+/* pf_a, pf_b: source rows the next output row needs that this one does not read; they are
+   prefetched alongside (the hardware prefetcher only follows the rows being read). */
 AVX2_FN void vertical_avx2(const Work *wk, const uint8_t *restrict s0, size_t stride,
-                           const float *restrict w, int taps, int C) {
+                           const float *restrict w, int taps, int C, const uint8_t *pf_a,
+                           const uint8_t *pf_b) {
     size_t n = (size_t)wk->x_n * C;
     size_t i = 0;
     if (C == 3) {
@@ -184,6 +187,8 @@ AVX2_FN void vertical_avx2(const Work *wk, const uint8_t *restrict s0, size_t st
         const __m256i ig = _mm256_setr_epi32(1, 4, 7, 2, 5, 0, 3, 6);
         const __m256i ib = _mm256_setr_epi32(2, 5, 0, 3, 6, 1, 4, 7);
         for (; i + 24 <= n; i += 24) {
+            _mm_prefetch((const char *)(pf_a + i), _MM_HINT_T0);
+            _mm_prefetch((const char *)(pf_b + i), _MM_HINT_T0);
             __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps();
             for (int k = 0; k < taps; k++) {
                 const uint8_t *row = s0 + (size_t)k * stride + i;
@@ -211,6 +216,8 @@ AVX2_FN void vertical_avx2(const Work *wk, const uint8_t *restrict s0, size_t st
     }
     float *acc = C == 1 ? wk->planes : wk->tmp;
     for (; i + 16 <= n; i += 16) {
+        _mm_prefetch((const char *)(pf_a + i), _MM_HINT_T0);
+        _mm_prefetch((const char *)(pf_b + i), _MM_HINT_T0);
         __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
         for (int k = 0; k < taps; k++) {
             const uint8_t *row = s0 + (size_t)k * stride + i;
@@ -372,9 +379,19 @@ static void resample_rows(const Job *j, const Work *wk, int simd) {
         const float *w = cy->w + (size_t)oy * cy->ksize;
         int dy = j->vflip ? j->out_h - 1 - oy : oy;
 #if HAVE_AVX2_PATH
-        if (simd)
-            vertical_avx2(wk, s0, src_stride, w, cy->size[oy], C);
-        else
+        if (simd) {
+            /* rows of the next output row's taps past this one's last row */
+            const uint8_t *pf_a = s0, *pf_b = s0;
+            if (oy + 1 < j->out_h) {
+                int first = cy->start[oy] + cy->size[oy], last = cy->start[oy + 1] + cy->size[oy + 1] - 1;
+                if (first < cy->start[oy + 1]) first = cy->start[oy + 1];
+                if (first <= last) {
+                    pf_a = s0 + (size_t)(first - cy->start[oy]) * src_stride;
+                    pf_b = s0 + (size_t)(last - cy->start[oy]) * src_stride;
+                }
+            }
+            vertical_avx2(wk, s0, src_stride, w, cy->size[oy], C, pf_a, pf_b);
+        } else
 #endif
             vertical_scalar(wk, s0, src_stride, w, cy->size[oy], C);
         float *dst[4];
