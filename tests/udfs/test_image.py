@@ -201,9 +201,11 @@ def test_png_goes_through_pillow(
 # -- resize, resize_short, center_crop ------------------------------------------------------
 
 
-# Sizes that shrink by less than 4x, so a JPEG decodes at full scale and compares exactly;
-# larger reductions are checked against PSNR and alignment bounds further down.
+# Sizes that shrink by less than 4x, so a JPEG decodes at full scale and compares exactly
+# (with the accurate IDCT: ``exact``); larger reductions and the fast IDCT are checked
+# against PSNR and alignment bounds.
 RESIZES = [(100, 150), (70, 90), (H, W), (400, 500), (60, W), (H, 40)]
+CROPS = [(256, 224), (100, 90), (200, 150), (120, 120)]
 
 
 @pytest.mark.parametrize(
@@ -211,7 +213,7 @@ RESIZES = [(100, 150), (70, 90), (H, W), (400, 500), (60, W), (H, 40)]
     [(fmt, h, w) for fmt in ("png", "jpeg") for h, w in RESIZES] + [("png", 5, 7)],
 )
 def test_resize_matches_pillow(encoded: dict[str, bytes], fmt: str, h: int, w: int) -> None:
-    out = run(encoded[fmt], chain(transforms.resize(h=h, w=w)))
+    out = run(encoded[fmt], chain(transforms.resize(h=h, w=w), exact=True))
     expected = pillow_image(encoded[fmt]).resize((w, h), Image.Resampling.BILINEAR)
     assert out.shape == (h, w, 3)
     assert_resampled_like(out, hwc(expected))
@@ -258,14 +260,13 @@ def test_center_crop_offsets(encoded: dict[str, bytes], fmt: str, h: int, w: int
     np.testing.assert_array_equal(out, expected)
 
 
-@pytest.mark.parametrize(("size", "crop"), [(256, 224), (100, 90), (200, 150), (120, 120)])
+@pytest.mark.parametrize(("size", "crop"), CROPS)
 @pytest.mark.parametrize("fmt", ["png", "jpeg"])
 def test_resize_short_then_center_crop_matches_pillow(
     encoded: dict[str, bytes], fmt: str, size: int, crop: int
 ) -> None:
-    out = run(
-        encoded[fmt], chain(transforms.resize_short(size), transforms.center_crop(h=crop, w=crop))
-    )
+    ops = (transforms.resize_short(size), transforms.center_crop(h=crop, w=crop))
+    out = run(encoded[fmt], chain(*ops, exact=True))
     expected = imagenet_reference(encoded[fmt], size=size, crop=crop)
     difference = np.abs(out.astype(np.int16) - expected)
     assert out.shape == (crop, crop, 3)
@@ -274,6 +275,31 @@ def test_resize_short_then_center_crop_matches_pillow(
     assert difference.max() <= 1
     share = 4 if image_module.native_available() else 100
     assert np.count_nonzero(difference) <= difference.size // share
+
+
+@pytest.mark.parametrize(
+    "ops",
+    [(transforms.resize(h=h, w=w),) for h, w in RESIZES]
+    + [
+        (transforms.resize_short(size), transforms.center_crop(h=crop, w=crop))
+        for size, crop in CROPS
+    ],
+)
+def test_fast_idct_stays_within_40db_of_pillow(photo_jpeg: bytes, ops: tuple[Op, ...]) -> None:
+    out = run(photo_jpeg, chain(*ops))
+    expected = pillow_image(photo_jpeg)
+    for op in ops:
+        if op.name == "resize":
+            expected = expected.resize((op.param("w"), op.param("h")), Image.Resampling.BILINEAR)
+        elif op.name == "resize_short":
+            size = short_side_size(*expected.size, op.param("size"))
+            expected = expected.resize(size, Image.Resampling.BILINEAR)
+        else:
+            w, h = op.param("w"), op.param("h")
+            left, top = center_offsets(*expected.size, w, h)
+            expected = expected.crop((left, top, left + w, top + h))
+    assert out.shape == hwc(expected).shape
+    assert psnr(out, hwc(expected)) >= 40.0
 
 
 def test_crop_then_resize_reads_the_crop_window(photo_png: bytes) -> None:
@@ -559,8 +585,8 @@ def draft_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[tuple[int, int], 
     monkeypatch.setattr(JpegImagePlugin.JpegImageFile, "draft", spy)
     scaled = image_module._decode_jpeg_scaled
 
-    def native_spy(data: Any, mode: str, width: int, height: int, scale: int) -> Any:
-        pixels = scaled(data, mode, width, height, scale)
+    def native_spy(data: Any, mode: str, width: int, height: int, scale: int, **kw: Any) -> Any:
+        pixels = scaled(data, mode, width, height, scale, **kw)
         if scale > 1:
             calls.append(((width, height), ("RGB", (0, 0, width / scale, height / scale))))
         return pixels
@@ -569,10 +595,11 @@ def draft_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[tuple[int, int], 
     return calls
 
 
+@pytest.mark.parametrize("exact", [False, True], ids=["fast-idct", "exact-idct"])
 def test_imagenet_chain_is_within_40db_of_pillow(
-    mixed_jpegs: list[Path], draft_calls: list[tuple[tuple[int, int], Any]]
+    mixed_jpegs: list[Path], draft_calls: list[tuple[tuple[int, int], Any]], exact: bool
 ) -> None:
-    spec = chain(transforms.resize_short(256), transforms.center_crop(h=224, w=224))
+    spec = chain(transforms.resize_short(256), transforms.center_crop(h=224, w=224), exact=exact)
     scores = {}
     for path in mixed_jpegs:
         data = path.read_bytes()
@@ -595,6 +622,42 @@ def test_imagenet_chain_is_within_40db_of_pillow(
         assert min(extent) >= 256
     small = {size for size in sizes if min(size) < 2 * 256}
     assert small and not small & set(reduced)
+
+
+@pytest.fixture
+def idct_choices(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Record the ``fastdct`` flag of every simplejpeg decode."""
+    import simplejpeg
+
+    calls: list[bool] = []
+    original = simplejpeg.decode_jpeg
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        calls.append(bool(kwargs.get("fastdct", False)))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(simplejpeg, "decode_jpeg", spy)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("ops", "exact", "fast"),
+    [
+        ((transforms.resize(h=100, w=120),), False, True),
+        ((transforms.resize(h=100, w=120),), True, False),
+        ((transforms.center_crop(h=100, w=100),), False, False),  # no resample: accurate
+        ((), False, False),
+    ],
+    ids=["resize", "resize-exact", "crop", "decode"],
+)
+def test_fast_idct_only_where_a_resample_follows(
+    photo_jpeg: bytes, idct_choices: list[bool], ops: tuple[Op, ...], exact: bool, fast: bool
+) -> None:
+    run(photo_jpeg, chain(*ops, exact=exact))
+    if image_module.native_available():
+        assert idct_choices == [fast]
+    else:  # Pillow's decoder has one IDCT, the accurate one
+        assert idct_choices in ([], [False])
 
 
 def edge_position(pixels: np.ndarray, axis: int) -> float:
