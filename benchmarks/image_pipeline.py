@@ -16,6 +16,9 @@ Contenders, all with the same worker count (the usable cores):
 * ``decode full``: simplejpeg full-size decode of each file on a thread pool, no transforms;
 * ``decode draft``: simplejpeg decode at the DCT scale dataio's kernel picks (gap 2).
 
+The ceilings decode with simplejpeg's defaults (accurate IDCT); dataio uses the fast IDCT
+where a resample follows (``ImageSpec.exact`` turns that off), as its stage table shows.
+
 Nothing here asserts on timings; the targets are printed as met or not met.
 """
 
@@ -326,8 +329,8 @@ def dataio_stages(data: bytes, clock: Stopwatch, f32: ImageSpec, u8: ImageSpec) 
     """Time dataio's kernel step by step (as ``_native_chain`` does)."""
     width, height, scale, geo = dct_scale(data, f32)
     clock.lap("dataio: header + plan")
-    pixels = _decode_jpeg_scaled(data, "rgb", width, height, scale)
-    clock.lap("dataio: decode at DCT scale (simplejpeg)")
+    pixels = _decode_jpeg_scaled(data, "rgb", width, height, scale, fast=not f32.exact)
+    clock.lap("dataio: decode at DCT scale, fast IDCT (simplejpeg)")
     box = tuple(v / scale for v in geo.box)
     box = (box[0], box[1], min(box[2], pixels.shape[1]), min(box[3], pixels.shape[0]))
     out = np.empty((3, CROP, CROP), np.float32)
