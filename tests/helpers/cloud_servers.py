@@ -16,20 +16,17 @@ import base64
 import hashlib
 import hmac
 import json
-import socket
-import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
 from email.utils import formatdate
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
-from helpers.object_servers import RangeServer, free_port
+from helpers.object_servers import RangeServer
+from helpers.servers import QuietHandler, ServerProcess, ThreadedServer, free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 AZURITE = REPO_ROOT / ".tools" / "node_modules" / ".bin" / "azurite-blob"
@@ -38,29 +35,6 @@ AZURITE_ACCOUNT = "devstoreaccount1"
 AZURITE_KEY = (
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 )
-
-
-def _wait_for_port(port: int, process: subprocess.Popen[bytes], name: str) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                _stop(process)
-                raise RuntimeError(f"{name} did not start on port {port}") from None
-            time.sleep(0.05)
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
 
 
 class Response:
@@ -82,38 +56,31 @@ def _request(
 # -- Azure ---------------------------------------------------------------------------
 
 
-class Azurite:
+class Azurite(ServerProcess):
     """``azurite-blob`` in memory on a free port; requests signed with the account key."""
 
     def __init__(self) -> None:
         if not AZURITE.exists():
             raise RuntimeError(f"{AZURITE} is missing: run `make tools` (npm azurite@3.35.0)")
-        self.port = free_port()
-        self.process = subprocess.Popen(
-            [
-                str(AZURITE),
-                "--inMemoryPersistence",
-                "--blobHost",
-                "127.0.0.1",
-                "--blobPort",
-                str(self.port),
-                "--skipApiVersionCheck",
-                "--loose",
-                "--disableTelemetry",
-                "--silent",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        _wait_for_port(self.port, self.process, "azurite")
+        port = free_port()
+        command = [
+            str(AZURITE),
+            "--inMemoryPersistence",
+            "--blobHost",
+            "127.0.0.1",
+            "--blobPort",
+            str(port),
+            "--skipApiVersionCheck",
+            "--loose",
+            "--disableTelemetry",
+            "--silent",
+        ]
+        super().__init__(command, port=port, name="azurite")
 
     @property
     def url(self) -> str:
         """The account endpoint, path style: ``http://127.0.0.1:PORT/devstoreaccount1``."""
         return f"http://127.0.0.1:{self.port}/{AZURITE_ACCOUNT}"
-
-    def stop(self) -> None:
-        _stop(self.process)
 
     def call(
         self,
@@ -221,26 +188,16 @@ def _shared_key(method: str, url: str, headers: dict[str, str], key: str) -> str
 # -- Google Cloud Storage ------------------------------------------------------------
 
 
-class GcsEmulator:
+class GcsEmulator(ServerProcess):
     """``gcp-storage-emulator`` (in memory, plus XML API routes) on a free port."""
 
     def __init__(self, *, bearer_token: str | None = None) -> None:
-        self.port = free_port()
+        port = free_port()
         launcher = Path(__file__).with_name("gcs_emulator.py")
-        command = [sys.executable, str(launcher), str(self.port)]
+        command = [sys.executable, str(launcher), str(port)]
         if bearer_token is not None:
             command.append(bearer_token)
-        self.process = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        _wait_for_port(self.port, self.process, "gcp-storage-emulator")
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        _stop(self.process)
+        super().__init__(command, port=port, name="gcp-storage-emulator")
 
     def service_account(self) -> str:
         """A service-account key (JSON text) that sends requests here, without OAuth."""
@@ -303,25 +260,12 @@ class Repo:
         self.revisions.setdefault(revision, {})[path] = data
 
 
-class HubHandler(BaseHTTPRequestHandler):
+class HubHandler(QuietHandler):
     server: HubServer
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-    def _reply(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
-        self.send_response(status)
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
 
     def _error(self, status: int, code: str, message: str) -> None:
         body = json.dumps({"error": message}).encode()
-        self._reply(status, body, {"X-Error-Code": code, "Content-Type": "application/json"})
+        self.reply(status, body, {"X-Error-Code": code, "Content-Type": "application/json"})
 
     def do_HEAD(self) -> None:
         self.do_GET()
@@ -369,7 +313,7 @@ class HubHandler(BaseHTTPRequestHandler):
             blob = f"/blobs/{digest}?X-Amz-Signature=cdn-signature"
             self.server.cdn.objects[blob] = data
             location = self.server.cdn.url + blob
-            self._reply(
+            self.reply(
                 302,
                 b"",
                 {"Location": location, "X-Linked-Size": str(len(data)), "X-Linked-Etag": digest},
@@ -381,16 +325,16 @@ class HubHandler(BaseHTTPRequestHandler):
         headers = {"ETag": etag, "Accept-Ranges": "bytes"}
         spec = self.headers.get("Range")
         if spec is None:
-            self._reply(200, data, headers)
+            self.reply(200, data, headers)
             return
         first, _, last = spec.removeprefix("bytes=").partition("-")
         start = int(first) if first else max(len(data) - int(last), 0)
         end = min(int(last), len(data) - 1) if first and last else len(data) - 1
         if start >= len(data):
-            self._reply(416, b"", {"Content-Range": f"bytes */{len(data)}"})
+            self.reply(416, b"", {"Content-Range": f"bytes */{len(data)}"})
             return
         headers["Content-Range"] = f"bytes {start}-{end}/{len(data)}"
-        self._reply(206, data[start : end + 1], headers)
+        self.reply(206, data[start : end + 1], headers)
 
     def _tree(self, segments: list[str], query: dict[str, str]) -> None:
         # /api/{models|datasets|spaces}/{org}/{name}/tree/{revision}[/{path}]
@@ -418,7 +362,7 @@ class HubHandler(BaseHTTPRequestHandler):
                 f"{k}={quote(v)}" for k, v in query.items()
             )
             headers["Link"] = f'<{next_url}>; rel="next"'
-        self._reply(200, json.dumps(page).encode(), headers)
+        self.reply(200, json.dumps(page).encode(), headers)
 
 
 def _tree_entries(files: dict[str, bytes], base: str, *, recursive: bool) -> list[Any] | None:
@@ -441,26 +385,17 @@ def _tree_entries(files: dict[str, bytes], base: str, *, recursive: bool) -> lis
     return [entries[k] for k in sorted(entries)]
 
 
-class HubServer(ThreadingHTTPServer):
+class HubServer(ThreadedServer):
     """A Hugging Face Hub on 127.0.0.1 with a CDN (a second server, another origin)."""
 
-    daemon_threads = True
-    block_on_close = False
-
     def __init__(self, *, token: str, lfs_threshold: int = 1024, page_size: int = 3) -> None:
-        super().__init__(("127.0.0.1", free_port()), HubHandler)
         self.token = token
         self.lfs_threshold = lfs_threshold
         self.page_size = page_size
         self.repos: dict[tuple[str, str], Repo] = {}
         self.requests: list[tuple[str, str, dict[str, str]]] = []
         self.cdn = RangeServer()
-        self.thread = threading.Thread(target=self.serve_forever, args=(0.02,), daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
+        super().__init__(HubHandler)
 
     def repo(self, kind: str, repo_id: str, *, private: bool = False) -> Repo:
         """Create (or fetch) a repository; ``kind`` is models, datasets or spaces."""
@@ -468,7 +403,5 @@ class HubServer(ThreadingHTTPServer):
         return found
 
     def stop(self) -> None:
-        self.shutdown()
-        self.server_close()
-        self.thread.join(5)
+        super().stop()
         self.cdn.kill()

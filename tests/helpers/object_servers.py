@@ -5,49 +5,30 @@ from __future__ import annotations
 
 import hashlib
 import socket
-import subprocess
 import sys
 import threading
 import time
 import urllib.request
 from email.utils import formatdate
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from helpers.servers import QuietHandler, ServerProcess, ThreadedServer, free_port
 
 
-class ObjectHandler(BaseHTTPRequestHandler):
+class ObjectHandler(QuietHandler):
     """GET (with ``Range``), HEAD, PUT and DELETE over the server's in-memory dict."""
 
     server: RangeServer
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: object) -> None:  # keep test output clean
-        pass
 
     def _fault(self) -> bool:
         self.server.requests.append((self.command, self.path, dict(self.headers)))
         if self.server.fail_next > 0:
             self.server.fail_next -= 1
-            self._reply(503, b"try again")
+            self.reply(503, b"try again")
             return True
         if self.server.stall_secs:
             time.sleep(self.server.stall_secs)
         return False
-
-    def _reply(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
-        self.send_response(status)
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
 
     def _meta(self, data: bytes) -> dict[str, str]:
         return {
@@ -64,7 +45,7 @@ class ObjectHandler(BaseHTTPRequestHandler):
             return
         data = self.server.objects.get(self.path)
         if data is None:
-            self._reply(404, b"not found")
+            self.reply(404, b"not found")
             return
         headers = self._meta(data)
         spec = self.headers.get("Range")
@@ -72,7 +53,7 @@ class ObjectHandler(BaseHTTPRequestHandler):
             if self.server.die_mid_body and self.command == "GET":
                 self._half_then_die(data, headers)
                 return
-            self._reply(200, data, headers)
+            self.reply(200, data, headers)
             return
         first, _, last = spec.removeprefix("bytes=").partition("-")
         if first == "":
@@ -81,10 +62,10 @@ class ObjectHandler(BaseHTTPRequestHandler):
             start = int(first)
             end = min(int(last), len(data) - 1) if last else len(data) - 1
         if start >= len(data) or start > end:
-            self._reply(416, b"", {"Content-Range": f"bytes */{len(data)}"})
+            self.reply(416, b"", {"Content-Range": f"bytes */{len(data)}"})
             return
         headers["Content-Range"] = f"bytes {start}-{end}/{len(data)}"
-        self._reply(206, data[start : end + 1], headers)
+        self.reply(206, data[start : end + 1], headers)
 
     def _half_then_die(self, data: bytes, headers: dict[str, str]) -> None:
         self.send_response(200)
@@ -104,21 +85,20 @@ class ObjectHandler(BaseHTTPRequestHandler):
             return
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
         self.server.objects[self.path] = body
-        self._reply(201, b"", {"ETag": self._meta(body)["ETag"]})
+        self.reply(201, b"", {"ETag": self._meta(body)["ETag"]})
 
     def do_DELETE(self) -> None:
         if self._fault():
             return
         found = self.server.objects.pop(self.path, None)
-        self._reply(204 if found is not None else 404)
+        self.reply(204 if found is not None else 404)
 
 
-class RangeServer(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
+class RangeServer(ThreadedServer):
+    """Objects in memory behind :class:`ObjectHandler`, with faults the tests set:
+    ``fail_next`` 503s, ``stall_secs`` before answering, ``die_mid_body``."""
 
     def __init__(self) -> None:
-        super().__init__(("127.0.0.1", free_port()), ObjectHandler)
         self.objects: dict[str, bytes] = {}
         self.requests: list[tuple[str, str, dict[str, str]]] = []
         self.fail_next = 0
@@ -127,12 +107,7 @@ class RangeServer(ThreadingHTTPServer):
         self.half_sent = threading.Event()
         self.killed = threading.Event()
         self.mtime = time.time()
-        self.thread = threading.Thread(target=self.serve_forever, args=(0.02,), daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
+        super().__init__(ObjectHandler)
 
     def handle_error(self, request: object, client_address: object) -> None:
         pass  # clients that give up (timeouts, killed reads) are part of the tests
@@ -140,48 +115,19 @@ class RangeServer(ThreadingHTTPServer):
     def kill(self) -> None:
         """Stop accepting, and cut any connection parked mid-body."""
         self.killed.set()
-        self.shutdown()
-        self.server_close()
-        self.thread.join(5)
+        self.stop()
 
 
-class MotoServer:
+class MotoServer(ServerProcess):
     """``moto_server -H 127.0.0.1 -p PORT`` in a subprocess, stopped by :meth:`stop`."""
 
     def __init__(self, env: dict[str, str] | None = None) -> None:
-        self.port = free_port()
+        port = free_port()
         exe = Path(sys.executable).with_name("moto_server")
-        self.process = subprocess.Popen(
-            [str(exe), "-H", "127.0.0.1", "-p", str(self.port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=env,
-        )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    break
-            except OSError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError("moto_server did not start") from None
-                time.sleep(0.05)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        command = [str(exe), "-H", "127.0.0.1", "-p", str(port)]
+        super().__init__(command, port=port, name="moto_server", env=env, timeout=30)
 
     def create_bucket(self, name: str) -> None:
         request = urllib.request.Request(f"{self.url}/{name}", data=b"", method="PUT")
         with urllib.request.urlopen(request, timeout=10) as response:
             assert response.status == 200
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)

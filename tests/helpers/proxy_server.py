@@ -8,12 +8,10 @@ import base64
 import http.client
 import select
 import socket
-import threading
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
-from helpers.object_servers import free_port
+from helpers.servers import QuietHandler, ThreadedServer
 
 # headers that concern one hop only, never forwarded
 _HOP = {
@@ -38,12 +36,8 @@ class Seen:
     proxy_authorization: str | None
 
 
-class ProxyHandler(BaseHTTPRequestHandler):
+class ProxyHandler(QuietHandler):
     server: ProxyServer
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
 
     def _admit(self) -> bool:
         header = self.headers.get("Proxy-Authorization")
@@ -146,34 +140,20 @@ def _pipe(client: socket.socket, upstream: socket.socket) -> None:
         upstream.close()
 
 
-class ProxyServer(ThreadingHTTPServer):
+class ProxyServer(ThreadedServer):
     """``ProxyServer(auth=("user", "pass"))`` answers 407 unless the request carries
     those Basic credentials; ``seen`` lists every request received."""
-
-    daemon_threads = True
-    block_on_close = False
 
     def __init__(
         self, *, auth: tuple[str, str] | None = None, loopback_names: tuple[str, ...] = ()
     ) -> None:
-        super().__init__(("127.0.0.1", free_port()), ProxyHandler)
         self.seen: list[Seen] = []
         self.expected: str | None = None
         if auth is not None:
             token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
             self.expected = f"Basic {token}"
         self.loopback_names = set(loopback_names)
-        self.thread = threading.Thread(target=self.serve_forever, args=(0.02,), daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
+        super().__init__(ProxyHandler)
 
     def handle_error(self, request: object, client_address: object) -> None:
         pass  # clients hanging up mid-tunnel are normal
-
-    def stop(self) -> None:
-        self.shutdown()
-        self.server_close()
-        self.thread.join(5)

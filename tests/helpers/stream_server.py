@@ -12,9 +12,8 @@ from __future__ import annotations
 import socket
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from helpers.object_servers import free_port
+from helpers.servers import QuietHandler, ThreadedServer
 
 
 @dataclass
@@ -47,12 +46,8 @@ def split(data: bytes, size: int) -> list[bytes]:
     return [data[i : i + size] for i in range(0, len(data), size)] or [b""]
 
 
-class StreamHandler(BaseHTTPRequestHandler):
+class StreamHandler(QuietHandler):
     server: StreamServer
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
 
     def do_GET(self) -> None:
         server = self.server
@@ -70,7 +65,7 @@ class StreamHandler(BaseHTTPRequestHandler):
         server = self.server
         script = server.routes.get(self.path)
         if script is None:
-            self._plain(404, b"not found")
+            self.reply(404, b"not found")
             return
         self.send_response(script.status)
         headers = {
@@ -113,19 +108,11 @@ class StreamHandler(BaseHTTPRequestHandler):
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
 
-    def _plain(self, status: int, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
-
-class StreamServer(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
+class StreamServer(ThreadedServer):
+    """Answers each path in ``routes`` with its :class:`Script`; 404 for the rest."""
 
     def __init__(self) -> None:
-        super().__init__(("127.0.0.1", free_port()), StreamHandler)
         self.routes: dict[str, Script] = {}
         self.requests: list[tuple[str, str, dict[str, str]]] = []
         self.sent: dict[str, int] = {}
@@ -133,12 +120,7 @@ class StreamServer(ThreadingHTTPServer):
         self.idle = threading.Condition(self.lock)
         self.active = 0  # requests being answered
         self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self.serve_forever, args=(0.02,), daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
+        super().__init__(StreamHandler)
 
     def gets(self, path: str) -> int:
         """How many GETs reached ``path``."""
@@ -160,6 +142,4 @@ class StreamServer(ThreadingHTTPServer):
         for script in self.routes.values():
             for gate in script.hold.values():
                 gate.set()
-        self.shutdown()
-        self.server_close()
-        self.thread.join(5)
+        super().stop()
