@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from dataio._closing import Closing
 from dataio.exceptions import (
     DataioError,
     DecodeError,
@@ -79,7 +79,7 @@ class _Body:
         raise NotImplementedError
 
 
-class Stream:
+class Stream(Closing):
     """An open object body, read on demand.
 
     :meth:`iter_bytes` (also plain iteration), :meth:`iter_lines`, :meth:`iter_sse`,
@@ -336,17 +336,6 @@ class Stream:
         self._buf.clear()
         self._pos = 0
         self._body.close()
-
-    def __enter__(self) -> Stream:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
