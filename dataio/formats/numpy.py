@@ -7,6 +7,8 @@ is returned as native values (a copy), and Fortran order is kept.
 
 from __future__ import annotations
 
+import errno
+import io
 import mmap as mmaplib
 import os
 import struct
@@ -20,7 +22,7 @@ from dataio.exceptions import DataioError, FieldError, FormatError, NotFoundErro
 from dataio.formats._scan import FileScan, Source, record_key
 from dataio.udfs.tensor import decode_npy
 
-__all__ = ["read_npz", "read_numpy", "scan_npz", "scan_numpy"]
+__all__ = ["decode_npz", "read_npz", "read_numpy", "scan_npz", "scan_numpy"]
 
 _LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature, ..., name length, extra length
 
@@ -71,18 +73,90 @@ def _npz_members(zf: zipfile.ZipFile) -> dict[str, zipfile.ZipInfo]:
     return {info.filename[:-4]: info for info in zf.infolist() if info.filename.endswith(".npy")}
 
 
-def _stored_offset(mapped: mmaplib.mmap, info: zipfile.ZipInfo, source: str) -> int:
+def _stored_offset(buffer: Any, info: zipfile.ZipInfo, source: str) -> int:
     """Where a stored member's bytes start: after its local header, name and extra field."""
     start = info.header_offset
-    if start + _LOCAL_HEADER.size > len(mapped):
+    if start + _LOCAL_HEADER.size > len(buffer):
         raise FormatError(f"{source}: member {info.filename!r} starts past the end of the file")
-    signature, name_len, extra_len = _LOCAL_HEADER.unpack_from(mapped, start)
+    signature, name_len, extra_len = _LOCAL_HEADER.unpack_from(buffer, start)
     if signature != b"PK\x03\x04":
         raise FormatError(f"{source}: member {info.filename!r} has a corrupt local header")
     data = start + _LOCAL_HEADER.size + name_len + extra_len
-    if data + info.file_size > len(mapped):
+    if data + info.file_size > len(buffer):
         raise FormatError(f"{source}: member {info.filename!r} is truncated")
     return data
+
+
+class _BufferFile(io.RawIOBase):
+    """A read-only, seekable file over a buffer. ``io.BytesIO`` would copy any buffer
+    but ``bytes``, and an archive's file mapping can be larger than memory."""
+
+    def __init__(self, buffer: Any) -> None:
+        self._view = memoryview(buffer).cast("B")
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._view)}[whence]
+        if base + offset < 0:  # as a real file answers: zipfile expects OSError here
+            raise OSError(errno.EINVAL, f"negative seek position {base + offset}")
+        self._pos = base + offset
+        return self._pos
+
+    def readinto(self, target: Any) -> int:
+        chunk = self._view[self._pos : self._pos + len(target)]
+        memoryview(target).cast("B")[: len(chunk)] = chunk
+        self._pos += len(chunk)
+        return len(chunk)
+
+    def close(self) -> None:
+        self._view.release()  # a file mapping cannot close while a view exports it
+        super().close()
+
+
+def decode_npz(
+    buffer: Any, *, source: str, keys: Iterable[str] | None = None
+) -> dict[str, np.ndarray]:
+    """The arrays of the ``.npz`` archive held in ``buffer`` (names without ``.npy``).
+
+    Members stored uncompressed are read-only views of ``buffer``; compressed ones are
+    inflated. ``source`` names the archive in errors.
+
+    Raises:
+        FormatError: not a zip archive, or a member is not valid NPY (or is pickled).
+        FieldError: a requested key is not in the archive.
+
+    Example:
+        >>> data = dataio.read("s3://bucket/batch.npz")  # doctest: +SKIP
+        >>> decode_npz(data, source="batch.npz")["x"].shape  # doctest: +SKIP
+        (64, 128)
+    """
+    arrays: dict[str, np.ndarray] = {}
+    try:
+        with _BufferFile(buffer) as file, zipfile.ZipFile(file) as zf:
+            members = _npz_members(zf)
+            for name in members if keys is None else keys:
+                info = members.get(name)
+                if info is None:
+                    raise FieldError(f"{source} has no array {name!r}; it holds {sorted(members)}")
+                where = f"{source}:{info.filename}"
+                if info.compress_type == zipfile.ZIP_STORED and not info.flag_bits & 1:
+                    start = _stored_offset(buffer, info, source)
+                    view = memoryview(buffer)[start : start + info.file_size]
+                    arrays[name] = decode_npy(view, source=where)
+                else:
+                    arrays[name] = decode_npy(zf.read(info), source=where)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError) as exc:
+        raise FormatError(f"{source!r} is not a readable .npz (zip) archive: {exc}") from None
+    return arrays
 
 
 def read_npz(
@@ -105,27 +179,9 @@ def read_npz(
         >>> dataio.read_npz("/data/batch.npz", keys=["x"])["x"].dtype  # doctest: +SKIP
         dtype('float32')
     """
-    source = os.fspath(path)
     if isinstance(keys, str):
         raise PlanError(f"keys= takes a list of names, got the string {keys!r}")
-    mapped = _map(path)
-    arrays: dict[str, np.ndarray] = {}
-    try:
-        with zipfile.ZipFile(source) as zf:
-            members = _npz_members(zf)
-            for name in members if keys is None else keys:
-                info = members.get(name)
-                if info is None:
-                    raise FieldError(f"{source} has no array {name!r}; it holds {sorted(members)}")
-                where = f"{source}:{info.filename}"
-                if info.compress_type == zipfile.ZIP_STORED and not info.flag_bits & 1:
-                    start = _stored_offset(mapped, info, source)
-                    view = memoryview(mapped)[start : start + info.file_size]
-                    arrays[name] = decode_npy(view, source=where)
-                else:
-                    arrays[name] = decode_npy(zf.read(info), source=where)
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError) as exc:
-        raise FormatError(f"{source} is not a readable .npz (zip) archive: {exc}") from None
+    arrays = decode_npz(_map(path), source=os.fspath(path), keys=keys)
     return arrays if mmap else {name: _owned(a) for name, a in arrays.items()}
 
 

@@ -108,26 +108,9 @@ def _npy(data: Any, mode: str | None, source: str) -> Any:
 
 
 def _npz(data: Any, mode: str | None, source: str) -> dict[str, Any]:
-    import io
-    import zipfile
+    from dataio.formats.numpy import decode_npz
 
-    from dataio.formats.numpy import _npz_members, _stored_offset
-    from dataio.udfs.tensor import decode_npy
-
-    arrays = {}
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as zf:
-            for name, info in _npz_members(zf).items():
-                where = f"{source}:{info.filename}"
-                if info.compress_type == zipfile.ZIP_STORED and not info.flag_bits & 1:
-                    start = _stored_offset(data, info, source)  # stored: view in place
-                    view = memoryview(data)[start : start + info.file_size]
-                    arrays[name] = decode_npy(view, source=where)
-                else:
-                    arrays[name] = decode_npy(zf.read(info), source=where)
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError) as exc:
-        raise DecodeError(f"{source!r} is not a readable .npz (zip) archive: {exc}") from None
-    return arrays
+    return decode_npz(data, source=source)
 
 
 def _parquet(data: Any, mode: str | None, source: str) -> Any:
