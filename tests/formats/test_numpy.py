@@ -16,7 +16,7 @@ import pytest
 from formats._memory import file_offset, mapping_of
 
 from dataio.exceptions import DataioError, FieldError, FormatError, NotFoundError, PlanError
-from dataio.formats.numpy import read_npz, read_numpy, scan_npz, scan_numpy
+from dataio.formats.numpy import decode_npz, read_npz, read_numpy, scan_npz, scan_numpy
 
 RNG = np.random.default_rng(5)
 ARRAYS: dict[str, np.ndarray] = {
@@ -231,6 +231,21 @@ def test_stored_npz_members_are_views_of_the_file(tmp_path: Path) -> None:
     assert file_offset(arrays["y"].ctypes.data, path) == data_start + member.tell()
     assert not arrays["y"].flags.writeable
     np.testing.assert_array_equal(arrays["y"], np.arange(1000))
+
+
+@pytest.mark.parametrize("save", [np.savez, np.savez_compressed])
+def test_decode_npz_reads_an_archive_in_memory(save: Any) -> None:
+    out = io.BytesIO()
+    save(out, x=ARRAYS["float32"], y=ARRAYS["big_endian_f8"])
+    data = bytearray(out.getvalue())  # a buffer that is not bytes: read in place, not copied
+    arrays = decode_npz(data, source="mem.npz")
+    expected = np.load(io.BytesIO(bytes(data)))
+    assert sorted(arrays) == sorted(expected.files)
+    for name in expected.files:
+        assert_same(arrays[name], expected[name])
+    assert list(decode_npz(data, source="mem.npz", keys=["y"])) == ["y"]
+    with pytest.raises(FormatError, match=r"'mem\.npz' is not a readable \.npz"):
+        decode_npz(b"PK not a zip", source="mem.npz")
 
 
 def test_npz_errors(tmp_path: Path) -> None:
