@@ -35,7 +35,8 @@
 #define HAVE_AVX2_PATH 0
 #endif
 
-/* Horizontal taps are padded to a multiple of this (one AVX2 vector of floats). */
+/* Horizontal taps are padded to 4 (mild downscales: two output values per AVX2 vector)
+   or to a multiple of 8 (one vector of floats). */
 #define TAP_BLOCK 8
 
 typedef struct {
@@ -258,8 +259,9 @@ AVX2_FN inline __m256 taps_product(const float *p, const float *w, int kpad) {
 }
 
 /* Eight output columns at a time, every channel: one product vector per output value,
-   then one tree of horizontal adds for eight values. kpad == 8 (downscales below about
-   3.5x) has its own loop, so the eight tap pointers stay in registers. */
+   then one tree of horizontal adds for eight values. kpad == 4 (downscales below about
+   1.5x) packs two output values per vector; kpad == 8 (below about 3.5x) has its own
+   loop, so the eight tap pointers stay in registers. */
 AVX2_FN void horizontal_avx2(const Work *wk, int C, float *const *dst, int n, int affine,
                              const float *scale, const float *bias) {
     const int kpad = wk->kpad;
@@ -268,7 +270,30 @@ AVX2_FN void horizontal_avx2(const Work *wk, int C, float *const *dst, int n, in
     const float *hw = wk->hw;
     const float *planes = wk->planes;
     int ox = 0;
-    if (kpad == 8) {
+    if (kpad == 4) {
+        const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        for (; ox + 8 <= n; ox += 8, hs += 8, hw += 32) {
+            const float *p0 = planes + hs[0], *p1 = planes + hs[1], *p2 = planes + hs[2];
+            const float *p3 = planes + hs[3], *p4 = planes + hs[4], *p5 = planes + hs[5];
+            const float *p6 = planes + hs[6], *p7 = planes + hs[7];
+            for (int c = 0; c < C; c++) {
+                size_t o = (size_t)c * pl;
+                /* [taps of value i | taps of value k] times their weights */
+#define T4(i, k)                                                                          \
+    _mm256_mul_ps(_mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p##i + o)), \
+                                       _mm_loadu_ps(p##k + o), 1),                       \
+                  _mm256_load_ps(hw + 4 * i))
+                __m256 h1 = _mm256_hadd_ps(T4(0, 1), T4(2, 3));
+                __m256 h2 = _mm256_hadd_ps(T4(4, 5), T4(6, 7));
+#undef T4
+                /* lanes hold values 0 2 4 6 | 1 3 5 7 */
+                __m256 sum = _mm256_permutevar8x32_ps(_mm256_hadd_ps(h1, h2), order);
+                if (affine) sum = _mm256_fmadd_ps(sum, _mm256_set1_ps(scale[c]),
+                                                  _mm256_set1_ps(bias[c]));
+                _mm256_storeu_ps(dst[c] + ox, sum);
+            }
+        }
+    } else if (kpad == 8) {
         for (; ox + 8 <= n; ox += 8, hs += 8, hw += 64) {
             const float *p0 = planes + hs[0], *p1 = planes + hs[1], *p2 = planes + hs[2];
             const float *p3 = planes + hs[3], *p4 = planes + hs[4], *p5 = planes + hs[5];
@@ -436,7 +461,7 @@ static int run(const Job *j, int simd) {
     wk.cy = &cy;
     wk.x_lo = x_lo;
     wk.x_n = x_hi - x_lo;
-    wk.kpad = (taps + TAP_BLOCK - 1) / TAP_BLOCK * TAP_BLOCK;
+    wk.kpad = taps <= 4 ? 4 : (taps + TAP_BLOCK - 1) / TAP_BLOCK * TAP_BLOCK;
     /* padded so a full kpad read from any column's first tap stays inside, on zeros */
     wk.plane_len = (size_t)wk.x_n + wk.kpad + TAP_BLOCK;
     wk.hstart = malloc(sizeof(int) * j->out_w);

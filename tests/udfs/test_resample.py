@@ -3,8 +3,8 @@ portable ones.
 
 The image tests check both against Pillow; here the two compiled paths are compared
 directly over every channel count, layout, dtype and flip, at shapes that exercise the
-vector loops' tails (widths that are not multiples of 8) and both tap widths (up to 8
-taps, and more for downscales of 3.5x and beyond).
+vector loops' tails (widths that are not multiples of 8) and every tap width (up to 4
+taps, up to 8, and more for downscales of 3.5x and beyond).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ pytestmark = pytest.mark.skipif(not native_available(), reason="the C kernel was
 MEAN, STD = (0.485, 0.456, 0.406, 0.5), (0.229, 0.224, 0.225, 0.25)
 # (source height, width, box as fractions of the source, output height, width)
 CASES = [
-    (243, 317, (0.0, 0.0, 1.0, 1.0), 224, 224),  # mild downscale, 8-tap path
+    (243, 317, (0.0, 0.0, 1.0, 1.0), 224, 224),  # mild downscale: up to 4 taps
+    (480, 640, (0.0, 0.0, 1.0, 1.0), 192, 256),  # 2.5x: up to 8 taps
     (480, 640, (0.1, 0.05, 0.9, 0.95), 67, 93),  # >4x: more than 8 taps, odd widths
     (31, 45, (0.0, 0.0, 1.0, 1.0), 70, 101),  # upscale
     (200, 150, (0.25, 0.3, 0.7, 0.8), 13, 5),  # narrower than one vector
