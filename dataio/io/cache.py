@@ -48,11 +48,11 @@ def _partition(scheme: str) -> str | None:
     """The hashed identity that owns ``scheme``'s entries; ``None`` when uncacheable."""
     from dataio.io import config
 
-    credentials = dict(config._credentials.get(scheme) or {"method": "default"})
+    credentials = config.credentials_for(scheme)
     method = credentials.pop("method", None)
     if method == "default" and scheme not in ("http", "https"):
         return None  # resolved by the platform chain per request: identity unknown here
-    endpoint: Any = config._endpoints.get(scheme)
+    endpoint: Any = config.endpoint_for(scheme)
     if endpoint is None and scheme in ("s3", "r2"):
         endpoint = [os.environ.get(name) for name in _ENDPOINT_ENV]
     identity = {
