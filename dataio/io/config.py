@@ -142,7 +142,7 @@ def configure_credentials(
     Secrets never appear in errors or logs.
 
     Example:
-        >>> import dataio  # doctest: +SKIP
+        >>> import dataio
         >>> dataio.configure_credentials("r2", access_key_id="K", secret_access_key="S")
     """
     name = _check_scheme(scheme)
@@ -199,7 +199,7 @@ def configure_endpoint(scheme: str, url: str, *, region: str | None = None) -> N
     ``HF_ENDPOINT``). An ``http://`` endpoint allows plain HTTP.
 
     Example:
-        >>> import dataio  # doctest: +SKIP
+        >>> import dataio
         >>> dataio.configure_endpoint("r2", "https://ACCT.r2.cloudflarestorage.com")
     """
     name = _check_scheme(scheme)
@@ -386,16 +386,20 @@ def _retry(transport: Transport) -> dict[str, Any]:
     }
 
 
-def _client(transport: Transport, *, allow_http: bool, origin: str) -> dict[str, Any]:
-    """Client options for requests to ``origin`` (``scheme://host[:port]``): plain HTTP,
-    timeouts, and the network environment's proxy and TLS roots."""
-    from dataio.io.network import client_options
+def _options(transport: Transport, base: str) -> dict[str, Any]:
+    """Client and retry options of a store whose requests go to ``base`` (a URL): plain
+    HTTP only for an ``http://`` base, timeouts, and the network environment's proxy
+    and TLS roots for its origin."""
+    from dataio.io.network import client_options, origin
 
-    options: dict[str, Any] = {"allow_http": allow_http, **client_options(origin)}
+    client: dict[str, Any] = {
+        "allow_http": base.startswith("http://"),
+        **client_options(origin(base)),
+    }
     if transport.timeout_secs is not None:
-        options["timeout"] = timedelta(seconds=transport.timeout_secs)
-        options["connect_timeout"] = timedelta(seconds=min(transport.timeout_secs, 10.0))
-    return options
+        client["timeout"] = timedelta(seconds=transport.timeout_secs)
+        client["connect_timeout"] = timedelta(seconds=min(transport.timeout_secs, 10.0))
+    return {"client_options": client, "retry_config": _retry(transport)}
 
 
 def _build(location: Location) -> ObjectStore:
@@ -412,17 +416,12 @@ def _build(location: Location) -> ObjectStore:
 def _build_http(location: Location, transport: Transport, credentials: dict[str, str]) -> Any:
     from obstore.store import HTTPStore
 
-    scheme = location.scheme
-    client = _client(
-        transport, allow_http=scheme == "http", origin=f"{scheme}://{location.authority}"
-    )
+    base = f"{location.scheme}://{location.authority}"
+    options = _options(transport, base)
     if "bearer_token" in credentials:
-        client["default_headers"] = {"Authorization": f"Bearer {credentials['bearer_token']}"}
-    return HTTPStore.from_url(
-        f"{scheme}://{location.authority}",
-        client_options=client,  # type: ignore[arg-type]
-        retry_config=_retry(transport),  # type: ignore[arg-type]
-    )
+        headers = {"Authorization": f"Bearer {credentials['bearer_token']}"}
+        options["client_options"]["default_headers"] = headers
+    return HTTPStore.from_url(base, **options)
 
 
 def _build_s3(location: Location, transport: Transport, credentials: dict[str, str]) -> Any:
@@ -447,17 +446,16 @@ def _build_s3(location: Location, transport: Transport, credentials: dict[str, s
     for name in ("access_key_id", "secret_access_key", "session_token"):
         if name in credentials:
             config[name] = credentials[name]
-    effective = endpoint or os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT")
-    allow_http = bool(effective and effective.startswith("http://"))
+    base = (
+        endpoint
+        or os.environ.get("AWS_ENDPOINT_URL")
+        or os.environ.get("AWS_ENDPOINT")
+        or f"https://{location.authority}.s3.amazonaws.com"
+    )
     return S3Store(
         location.authority,
         config=config,  # type: ignore[arg-type]
-        client_options=_client(  # type: ignore[arg-type]
-            transport,
-            allow_http=allow_http,
-            origin=effective or f"https://{location.authority}.s3.amazonaws.com",
-        ),
-        retry_config=_retry(transport),  # type: ignore[arg-type]
+        **_options(transport, base),
     )
 
 
@@ -481,10 +479,7 @@ def _build_gcs(location: Location, transport: Transport, credentials: dict[str, 
     return GCSStore(
         location.authority,
         config=config,  # type: ignore[arg-type]
-        client_options=_client(  # type: ignore[arg-type]
-            transport, allow_http=base.startswith("http://"), origin=_origin(base)
-        ),
-        retry_config=_retry(transport),  # type: ignore[arg-type]
+        **_options(transport, base),
     )
 
 
@@ -553,10 +548,7 @@ def _build_azure(location: Location, transport: Transport, credentials: dict[str
     return AzureStore(
         location.authority,
         config=config,  # type: ignore[arg-type]
-        client_options=_client(  # type: ignore[arg-type]
-            transport, allow_http=base.startswith("http://"), origin=_origin(base)
-        ),
-        retry_config=_retry(transport),  # type: ignore[arg-type]
+        **_options(transport, base),
     )
 
 
@@ -570,18 +562,9 @@ def _build_hf(location: Location, transport: Transport, credentials: dict[str, s
     from dataio.io import hf
 
     base = hf.endpoint(_endpoints.get("hf"))
-    client = _client(transport, allow_http=base.startswith("http://"), origin=_origin(base))
+    options = _options(transport, base)
     secret = hf.token(credentials)
     if secret:
         # reqwest drops it when a redirect leaves this origin (the Hub's CDN)
-        client["default_headers"] = {"Authorization": f"Bearer {secret}"}
-    return HTTPStore.from_url(
-        hf.resolve_url(base, location),
-        client_options=client,  # type: ignore[arg-type]
-        retry_config=_retry(transport),  # type: ignore[arg-type]
-    )
-
-
-def _origin(url: str) -> str:
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}"
+        options["client_options"]["default_headers"] = {"Authorization": f"Bearer {secret}"}
+    return HTTPStore.from_url(hf.resolve_url(base, location), **options)

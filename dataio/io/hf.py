@@ -11,11 +11,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import ssl
 import urllib.error
 import urllib.request
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote, unquote
 
 from dataio.exceptions import (
     AuthenticationError,
@@ -25,6 +24,7 @@ from dataio.exceptions import (
     TransportError,
     TransportTimeoutError,
 )
+from dataio.io.network import origin, proxy_for, tls_context
 from dataio.io.uri import Location
 
 __all__ = ["DEFAULT_ENDPOINT", "Repo", "keys", "ls", "repo", "resolve_url"]
@@ -137,30 +137,20 @@ def _tree(location: Location, path: str, *, recursive: bool) -> list[dict[str, A
         entries.extend(body)
         if next_url is None:
             return entries
-        if _origin(next_url) != _origin(base):
+        if origin(next_url) != origin(base):
             raise DataioError(
-                f"ls {str(location)!r}: the Hub paged to another origin ({_origin(next_url)!r}); "
+                f"ls {str(location)!r}: the Hub paged to another origin ({origin(next_url)!r}); "
                 "check dataio.configure_endpoint('hf', ...) or HF_ENDPOINT"
             )
         url = next_url
     raise DataioError(f"ls {str(location)!r}: the Hub listing did not end after {_MAX_PAGES} pages")
 
 
-def _origin(url: str) -> str:
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}"
-
-
 def _opener(url: str) -> urllib.request.OpenerDirector:
-    from dataio.io.network import client_options, proxy_for
-
-    origin = _origin(url)
-    roots = client_options(origin).get("root_certificate")
-    context = ssl.create_default_context(cadata=roots) if roots else ssl.create_default_context()
-    proxy = proxy_for(origin)
+    proxy = proxy_for(origin(url))
     return urllib.request.build_opener(
         urllib.request.ProxyHandler({"http": proxy, "https": proxy} if proxy else {}),
-        urllib.request.HTTPSHandler(context=context),
+        urllib.request.HTTPSHandler(context=tls_context()),
         _SameOriginRedirects(),
     )
 
@@ -178,7 +168,7 @@ class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
         newurl: str,
     ) -> urllib.request.Request | None:
         new = super().redirect_request(req, fp, code, msg, headers, newurl)
-        if new is not None and _origin(newurl) != _origin(req.full_url):
+        if new is not None and origin(newurl) != origin(req.full_url):
             new.remove_header("Authorization")
         return new
 

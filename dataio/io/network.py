@@ -36,7 +36,14 @@ from urllib.parse import unquote, urlsplit
 
 from dataio.exceptions import DataioError
 
-__all__ = ["client_options", "proxy_for", "proxy_passwords", "tls_roots"]
+__all__ = [
+    "client_options",
+    "origin",
+    "proxy_for",
+    "proxy_passwords",
+    "tls_context",
+    "tls_roots",
+]
 
 _PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy")
 # a proxy_url that is never contacted: proxy_excludes below exempts every host from it
@@ -68,6 +75,17 @@ def client_options(origin: str) -> dict[str, Any]:
         options["proxy_url"] = _UNUSED_PROXY
         options["proxy_excludes"] = _EVERY_HOST
     return options
+
+
+def origin(url: str) -> str:
+    """The ``scheme://host[:port]`` part of ``url``, which proxies and redirects go by.
+
+    Example:
+        >>> origin("https://huggingface.co/api/models/org/name/tree/main?cursor=3")
+        'https://huggingface.co'
+    """
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 def proxy_for(origin: str, environ: Mapping[str, str] | None = None) -> str | None:
@@ -244,6 +262,13 @@ def tls_roots(environ: Mapping[str, str] | None = None) -> str | None:
     options = _tls_options(os.environ if environ is None else environ)
     root: str | None = options.get("root_certificate")
     return root
+
+
+def tls_context() -> ssl.SSLContext:
+    """A client TLS context trusting what obstore's requests trust: the bundle of
+    ``SSL_CERT_FILE`` (else ``AWS_CA_BUNDLE``) in place of the system roots when set."""
+    pem = tls_roots()
+    return ssl.create_default_context(cadata=pem) if pem else ssl.create_default_context()
 
 
 def _tls_options(env: Mapping[str, str]) -> dict[str, Any]:

@@ -31,13 +31,11 @@ from dataio.exceptions import (
     TransportError,
     TransportTimeoutError,
 )
-from dataio.io.config import redact, store_for, transport_for
+from dataio.io.config import credentials_for, redact, store_for, transport_for
 from dataio.io.errors import call, translate
 from dataio.io.uri import Location, parse
 
 if TYPE_CHECKING:
-    import ssl
-
     from obstore.store import ObjectStore
 
 __all__ = ["SSEEvent", "Stream", "stream"]
@@ -527,9 +525,7 @@ class _HttpBody(_Body):
     def __init__(self, loc: Location, uri: str) -> None:
         self.uri = uri
         wait = _wait_secs(loc.scheme)
-        from dataio.io import config
-
-        credentials = config._credentials.get(loc.scheme, {})
+        credentials = credentials_for(loc.scheme)
         headers = {"User-Agent": "dataio", "Accept-Encoding": "identity"}
         if "bearer_token" in credentials:
             headers["Authorization"] = f"Bearer {credentials['bearer_token']}"
@@ -584,16 +580,15 @@ class _HttpBody(_Body):
 def _http_open(uri: str, headers: dict[str, str], wait: float) -> Any:
     import urllib.error
     import urllib.request
-    from urllib.parse import urlsplit
 
-    from dataio.io.network import proxy_for
+    from dataio.io.network import origin, proxy_for, tls_context
 
-    parts = urlsplit(uri)
-    proxy = proxy_for(f"{parts.scheme}://{parts.netloc}")
+    scheme = parse(uri).scheme
+    proxy = proxy_for(origin(uri))
     opener = urllib.request.build_opener(
         # the same proxy decision obstore's requests get; {} means a direct connection
-        urllib.request.ProxyHandler({parts.scheme: proxy} if proxy else {}),
-        urllib.request.HTTPSHandler(context=_tls_context()),
+        urllib.request.ProxyHandler({scheme: proxy} if proxy else {}),
+        urllib.request.HTTPSHandler(context=tls_context()),
     )
     request = urllib.request.Request(uri)
     for name, value in headers.items():
@@ -618,17 +613,6 @@ def _http_open(uri: str, headers: dict[str, str], wait: float) -> Any:
         if isinstance(reason, OSError):
             raise reason from None  # call() turns it into a transport error
         raise DataioError(f"stream {redact(uri)!r} failed: {reason}") from None
-
-
-def _tls_context() -> ssl.SSLContext:
-    """The TLS roots obstore's requests use: the bundle of ``SSL_CERT_FILE`` (else
-    ``AWS_CA_BUNDLE``) in place of the system roots when set."""
-    import ssl
-
-    from dataio.io.network import tls_roots
-
-    pem = tls_roots()
-    return ssl.create_default_context(cadata=pem) if pem else ssl.create_default_context()
 
 
 def _socket_of(response: Any) -> socket.socket | None:
