@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from dataio.exceptions import DataioError, DecodeError, NotFoundError
 from dataio.io import cache
-from dataio.io.config import store_for
+from dataio.io.config import redact, store_for
 from dataio.io.errors import call
 from dataio.io.stream import stream
 from dataio.io.uri import parse, require_writable
-from dataio.io.verbs import _download, read
+from dataio.io.verbs import fetch_whole, read
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -93,15 +93,15 @@ class Reader:
         loc = parse(self.uri)
         if loc.scheme == "file":
             return read(self.uri)
-        return cache.read_through(loc, lambda: _download(loc, self.uri))
+        return fetch_whole(loc, self.uri)
 
 
 def _not_readable(exc: BaseException, uri: str) -> DataioError:
     if isinstance(exc, DataioError):
         return exc
     if isinstance(exc, tarfile.TarError):
-        return DecodeError(f"{uri!r} is not a readable tar archive: {exc}")
-    return DecodeError(f"{uri!r} is not valid gzip: {exc}")
+        return DecodeError(f"{redact(uri)!r} is not a readable tar archive: {exc}")
+    return DecodeError(f"{redact(uri)!r} is not valid gzip: {exc}")
 
 
 def _tar_member(source: Any, name: str, uri: str, stack: contextlib.ExitStack) -> Any:
@@ -113,7 +113,10 @@ def _tar_member(source: Any, name: str, uri: str, stack: contextlib.ExitStack) -
         for member in archive:
             if member.name == name:
                 if not member.isfile():
-                    raise DataioError(f"tar entry {name!r} in {uri!r} is not a regular file")
+                    raise DataioError(
+                        f"tar entry {name!r} in {redact(uri)!r} is not a regular file; "
+                        "name a file member of the archive"
+                    )
                 handle = archive.extractfile(member)
                 assert handle is not None  # a regular file always has content
                 return handle
@@ -121,7 +124,7 @@ def _tar_member(source: Any, name: str, uri: str, stack: contextlib.ExitStack) -
                 seen.append(member.name)
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise _not_readable(exc, uri) from None
-    raise NotFoundError(f"no entry {name!r} in tar {uri!r}; the first entries are {seen}")
+    raise NotFoundError(f"no entry {name!r} in tar {redact(uri)!r}; the first entries are {seen}")
 
 
 def reader(uri: str | os.PathLike[str]) -> Reader:
@@ -141,7 +144,7 @@ class Writer:
     def __init__(self, uri: str | os.PathLike[str], *, part_size_mib: int = 10) -> None:
         if part_size_mib < 5:
             raise DataioError(
-                f"part_size_mib must be at least 5 (the S3 minimum), got {part_size_mib}"
+                f"part_size_mib must be at least 5 (the S3 minimum), got {part_size_mib!r}"
             )
         self.uri = os.fspath(uri)
         self.part_size = part_size_mib * _MIB

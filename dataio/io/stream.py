@@ -364,7 +364,8 @@ def stream(
     for more data (default 30 s), not the time the caller spends between reads.
 
     Args:
-        uri: a local path, ``file://``, ``s3://``, ``r2://`` or ``http(s)://`` URI.
+        uri: a local path or a ``file://``, ``s3://``, ``r2://``, ``gs://``, ``az://``,
+            ``hf://`` or ``http(s)://`` URI.
         line_limit: the longest line, in bytes, :meth:`Stream.iter_lines` and
             :meth:`Stream.iter_sse` accept.
         event_limit: the largest Server-Sent Event, in bytes.

@@ -15,11 +15,11 @@ from typing import Any, Literal, overload
 
 from dataio.exceptions import DataioError, NotFoundError, OutOfRangeError
 from dataio.io import cache
-from dataio.io.config import store_for, transport_for
+from dataio.io.config import redact, store_for, transport_for
 from dataio.io.errors import call
 from dataio.io.uri import Location, parse, require_writable
 
-__all__ = ["delete", "exists", "fetch_into", "glob", "head", "ls", "read", "write"]
+__all__ = ["delete", "exists", "fetch_into", "fetch_whole", "glob", "head", "ls", "read", "write"]
 
 URI = str | os.PathLike[str]
 ReadFormat = Literal[
@@ -105,7 +105,8 @@ def read(
     when ``DATAIO_CACHE_DIR`` is set.
 
     Args:
-        uri: a local path or a ``file://``, ``s3://``, ``r2://`` or ``http(s)://`` URI.
+        uri: a local path or a ``file://``, ``s3://``, ``r2://``, ``gs://``, ``az://``,
+            ``hf://`` or ``http(s)://`` URI.
         offset: where the range starts (bytes only).
         size: how many bytes to read (bytes only).
         format: what to make of the whole object: ``"bytes"``, ``"text"`` (UTF-8),
@@ -132,10 +133,16 @@ def read(
         return b""
     loc = parse(uri)
     if loc.scheme == "file":
-        return _local(lambda: _read_local(loc.path, offset or 0, size), uri, "read")
+        return call(lambda: _read_local(loc.path, offset or 0, size), uri, "read")
     if offset is None and size is None:
-        return bytes(cache.read_through(loc, lambda: _download(loc, uri)))
+        return bytes(fetch_whole(loc, uri))
     return bytes(_download(loc, uri, offset=offset or 0, size=size))
+
+
+def fetch_whole(loc: Location, uri: URI) -> Any:
+    """A whole remote object as the buffer it arrived in (not copied into ``bytes``),
+    through the local cache when ``DATAIO_CACHE_DIR`` is set."""
+    return cache.read_through(loc, lambda: _download(loc, uri))
 
 
 def _download(loc: Location, uri: URI, *, offset: int = 0, size: int | None = None) -> Any:
@@ -159,15 +166,18 @@ def fetch_into(uri: URI, buffer: Any) -> int:
     """
     view = memoryview(buffer).cast("B")
     if view.readonly:
-        raise DataioError("fetch_into needs a writable buffer such as a bytearray")
+        raise DataioError(
+            f"fetch_into needs a writable buffer such as a bytearray, got a read-only "
+            f"{type(buffer).__name__}"
+        )
     loc = parse(uri)
     if loc.scheme == "file":
-        return _local(lambda: _readinto_local(loc.path, view), uri, "fetch_into")
+        return call(lambda: _readinto_local(loc.path, view), uri, "fetch_into")
 
     def check(total: int) -> None:
         if total > len(view):
             raise DataioError(
-                f"fetch_into {str(uri)!r}: the object has {total} bytes but the buffer "
+                f"fetch_into {redact(str(uri))!r}: the object has {total} bytes but the buffer "
                 f"holds {len(view)}; allocate at least dataio.head(uri)['size'] bytes"
             )
 
@@ -315,15 +325,14 @@ def _check_range(offset: int | None, size: int | None) -> None:
         raise OutOfRangeError(f"size must be >= 0, got {size!r}")
 
 
-def _local(fn: Callable[[], Any], uri: URI, verb: str) -> Any:
-    return call(fn, uri, verb)
-
-
 def _read_local(path: str, offset: int, size: int | None) -> bytes:
     with open(path, "rb") as f:
         if offset:
-            if offset >= os.fstat(f.fileno()).st_size:
-                raise OutOfRangeError(f"read {path!r}: offset {offset} is past the end")
+            total = os.fstat(f.fileno()).st_size
+            if offset >= total:
+                raise OutOfRangeError(
+                    f"read {path!r}: offset {offset} is past the end of its {total} bytes"
+                )
             f.seek(offset)
         return f.read() if size is None else f.read(size)
 
