@@ -402,6 +402,16 @@ def _options(transport: Transport, base: str) -> dict[str, Any]:
     return {"client_options": client, "retry_config": _retry(transport)}
 
 
+def _store_credentials(credentials: dict[str, str], **names: str) -> dict[str, Any]:
+    """obstore's config keys for ``credentials``: ``skip_signature`` for the anonymous
+    method, and each configured key under obstore's name for it (``names``: ours=theirs)."""
+    config: dict[str, Any] = {}
+    if credentials.get("method") == "anonymous":
+        config["skip_signature"] = True
+    config.update({names[k]: v for k, v in credentials.items() if k in names})
+    return config
+
+
 def _build(location: Location) -> ObjectStore:
     from obstore.store import LocalStore
 
@@ -441,11 +451,14 @@ def _build_s3(location: Location, transport: Transport, credentials: dict[str, s
         config["region"] = region
     elif scheme == "r2":
         config["region"] = "auto"
-    if credentials.get("method") == "anonymous":
-        config["skip_signature"] = True
-    for name in ("access_key_id", "secret_access_key", "session_token"):
-        if name in credentials:
-            config[name] = credentials[name]
+    config.update(
+        _store_credentials(
+            credentials,
+            access_key_id="access_key_id",
+            secret_access_key="secret_access_key",
+            session_token="session_token",
+        )
+    )
     base = (
         endpoint
         or os.environ.get("AWS_ENDPOINT_URL")
@@ -462,16 +475,12 @@ def _build_s3(location: Location, transport: Transport, credentials: dict[str, s
 def _build_gcs(location: Location, transport: Transport, credentials: dict[str, str]) -> Any:
     from obstore.store import GCSStore
 
-    config: dict[str, Any] = {}
-    if credentials.get("method") == "anonymous":
-        config["skip_signature"] = True
-    for ours, theirs in (
-        ("service_account_path", "service_account"),
-        ("service_account_key", "service_account_key"),
-        ("bearer_token", "bearer_token"),
-    ):
-        if ours in credentials:
-            config[theirs] = credentials[ours]
+    config = _store_credentials(
+        credentials,
+        service_account_path="service_account",
+        service_account_key="service_account_key",
+        bearer_token="bearer_token",
+    )
     configured = _endpoints.get("gs")
     if configured is not None:
         config["base_url"] = configured[0]
@@ -530,15 +539,11 @@ def _build_azure(location: Location, transport: Transport, credentials: dict[str
         )
     if account:
         config["account_name"] = account
-    if credentials.get("method") == "anonymous":
-        config["skip_signature"] = True
-    for ours, theirs in (
-        ("account_key", "account_key"),
-        ("sas_token", "sas_key"),
-        ("bearer_token", "token"),
-    ):
-        if ours in credentials:
-            config[theirs] = credentials[ours]
+    config.update(
+        _store_credentials(
+            credentials, account_key="account_key", sas_token="sas_key", bearer_token="token"
+        )
+    )
     if configured is not None:
         base = configured[0]
     elif emulator:
