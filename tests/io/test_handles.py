@@ -13,14 +13,18 @@ import dataio.io as dio
 from dataio.exceptions import DecodeError, NotFoundError
 
 
-def make_tar_gz(entries: dict[str, bytes]) -> bytes:
+def make_tar(entries: dict[str, bytes]) -> bytes:
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w") as archive:
         for name, data in entries.items():
             info = tarfile.TarInfo(name)
             info.size = len(data)
             archive.addfile(info, io.BytesIO(data))
-    return gzip.compress(raw.getvalue())
+    return raw.getvalue()
+
+
+def make_tar_gz(entries: dict[str, bytes]) -> bytes:
+    return gzip.compress(make_tar(entries))
 
 
 def test_reader_gunzip_and_tar_entry(base: str) -> None:
@@ -68,16 +72,6 @@ def test_writer_uploads_in_parts_and_shows_nothing_on_failure(
         assert w.write_chunks(part for _ in range(4)) == 4 * len(part)
         w.write(b"tail")
     assert dio.read(uri) == part * 4 + b"tail"
-
-
-def make_tar(entries: dict[str, bytes]) -> bytes:
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w") as archive:
-        for name, data in entries.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            archive.addfile(info, io.BytesIO(data))
-    return raw.getvalue()
 
 
 @pytest.mark.parametrize("scheme", ["http", "s3"])
