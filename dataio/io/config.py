@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
@@ -77,6 +78,7 @@ _ENV_PREFIXES = {
 # SAS signatures and bearer tokens, wherever a message quotes a URL or header
 _SECRET_PATTERNS = (
     (re.compile(r"(\bsig=)[^&\s\"'<>]+", re.IGNORECASE), r"\1***"),
+    (re.compile(r"(://[^/\s:@'\"]+:)[^/\s@'\"]+@"), r"\1***@"),  # user:password@host
     (re.compile(r"(Bearer\s+)[^\s\"',;]+"), r"\1***"),
 )
 _MIB = 1 << 20
@@ -292,6 +294,24 @@ def reset() -> None:
         _endpoints.clear()
         _transports.clear()
         _stores.clear()
+        _derived.clear()
+
+
+_derived: dict[tuple[int, str], tuple[Any, Any]] = {}
+
+
+def derived_store(base: Any, purpose: str, build: Callable[[], Any]) -> Any:
+    """A store made from ``base`` for ``purpose`` (e.g. streams), built once per base
+    store and forgotten by :func:`reset` along with the stores themselves."""
+    key = (id(base), purpose)
+    with _lock:
+        hit = _derived.get(key)
+        if hit is not None and hit[0] is base:
+            return hit[1]
+    made = build()
+    with _lock:
+        _derived[key] = (base, made)  # keeps base alive, so its id stays unique
+    return made
 
 
 def redact(text: str) -> str:
@@ -367,7 +387,7 @@ def store_for(location: Location) -> ObjectStore:
             store = _stores.get(key)
             if store is None:
                 store = _stores[key] = _build(location)
-                log.debug("opened a %s store for %r", scheme, location.authority)
+                log.debug("opened a %s store for %r", scheme, redact(location.authority))
     return store
 
 

@@ -31,7 +31,7 @@ from dataio.exceptions import (
     TransportError,
     TransportTimeoutError,
 )
-from dataio.io.config import credentials_for, redact, store_for, transport_for
+from dataio.io.config import credentials_for, derived_store, redact, store_for, transport_for
 from dataio.io.errors import call, translate
 from dataio.io.uri import Location, parse
 
@@ -419,10 +419,6 @@ def _wait_secs(scheme: str) -> float:
     return transport_for(scheme).timeout_secs or _DEFAULT_WAIT_SECS
 
 
-_stream_stores: dict[int, tuple[ObjectStore, ObjectStore]] = {}
-_stores_lock = threading.Lock()
-
-
 def _stream_store(loc: Location) -> tuple[ObjectStore, dict[str, Any]]:
     """A copy of the scheme's store for streams, and the retry plan of its opens.
 
@@ -433,20 +429,17 @@ def _stream_store(loc: Location) -> tuple[ObjectStore, dict[str, Any]]:
     base = store_for(loc)
     args, kwargs = base.__getnewargs_ex__()  # type: ignore[union-attr]
     retry = dict(kwargs.get("retry_config") or {})
-    with _stores_lock:
-        hit = _stream_stores.get(id(base))
-        if hit is not None and hit[0] is base:
-            return hit[1], retry
-    wait = _wait_secs(loc.scheme)
-    client = dict(kwargs.get("client_options") or {})
-    client["timeout"] = timedelta(days=3650)
-    client["read_timeout"] = timedelta(seconds=wait)
-    client.setdefault("connect_timeout", timedelta(seconds=min(wait, 10.0)))
-    options = {**kwargs, "client_options": client, "retry_config": {"max_retries": 0}}
-    copy = type(base)(*args, **options)
-    with _stores_lock:
-        _stream_stores[id(base)] = (base, copy)  # keeps base alive, so its id stays unique
-    return copy, retry
+
+    def build() -> ObjectStore:
+        wait = _wait_secs(loc.scheme)
+        client = dict(kwargs.get("client_options") or {})
+        client["timeout"] = timedelta(days=3650)
+        client["read_timeout"] = timedelta(seconds=wait)
+        client.setdefault("connect_timeout", timedelta(seconds=min(wait, 10.0)))
+        options = {**kwargs, "client_options": client, "retry_config": {"max_retries": 0}}
+        return type(base)(*args, **options)
+
+    return derived_store(base, "stream", build), retry
 
 
 def _retrying(open_once: Callable[[], Any], retry: dict[str, Any], uri: str) -> Any:
