@@ -27,7 +27,7 @@ from dataio.exceptions import (
 from dataio.io.network import origin, proxy_for, tls_context
 from dataio.io.uri import Location
 
-__all__ = ["DEFAULT_ENDPOINT", "Repo", "keys", "ls", "repo", "resolve_url"]
+__all__ = ["DEFAULT_ENDPOINT", "Repo", "endpoint", "keys", "ls", "repo", "resolve_url", "token"]
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 _TOKEN_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
