@@ -145,16 +145,28 @@ static void vertical_scalar(const Work *wk, const uint8_t *restrict s0, size_t s
     }
 }
 
-/* dst[ox] = affine(sum_k plane[hstart[ox] + k] * hw[ox][k]) for ox < n. */
-static void horizontal_scalar(const Work *wk, const float *restrict plane, float *restrict dst,
-                              int n, int affine, float scale, float bias) {
+/* dst[ox] = affine(sum_k plane[hstart[ox] + k] * hw[ox][k]) for ox < n. The common tap
+   widths get constant trip counts, which the compiler unrolls and vectorizes. */
+static inline void horizontal_taps(const Work *wk, const float *restrict plane,
+                                   float *restrict dst, int n, int affine, float scale,
+                                   float bias, const int kpad) {
     for (int ox = 0; ox < n; ox++) {
         const float *p = plane + wk->hstart[ox];
-        const float *w = wk->hw + (size_t)ox * wk->kpad;
+        const float *w = wk->hw + (size_t)ox * kpad;
         float acc = 0.0f;
-        for (int k = 0; k < wk->kpad; k++) acc += p[k] * w[k];
+        for (int k = 0; k < kpad; k++) acc += p[k] * w[k];
         dst[ox] = affine ? acc * scale + bias : acc;
     }
+}
+
+static void horizontal_scalar(const Work *wk, const float *restrict plane, float *restrict dst,
+                              int n, int affine, float scale, float bias) {
+    if (wk->kpad == 4)
+        horizontal_taps(wk, plane, dst, n, affine, scale, bias, 4);
+    else if (wk->kpad == 8)
+        horizontal_taps(wk, plane, dst, n, affine, scale, bias, 8);
+    else
+        horizontal_taps(wk, plane, dst, n, affine, scale, bias, wk->kpad);
 }
 
 static void to_u8_scalar(const float *restrict v, uint8_t *restrict out, int n) {
