@@ -660,6 +660,7 @@ def _sql(node: Sql, ctx: Any, mode: Mode) -> Any:
 
 
 _SCHEMAS: weakref.WeakKeyDictionary[Node, Any] = weakref.WeakKeyDictionary()
+_ONE_STEP = (Filter, PyFilter, Select, WithColumns, Sort, Limit, Aggregate)
 
 
 def plan_schema(node: Node) -> Any:
@@ -668,7 +669,13 @@ def plan_schema(node: Node) -> Any:
     if known is not None:
         return known
     ctx = scan_session(1)
-    df = compile_plan(node, ctx, "schema")
+    inner = node.children()
+    if isinstance(node, _ONE_STEP) and len(inner) == 1 and inner[0] in _SCHEMAS:
+        # A frame method adds one step to a checked plan: check that step alone, over
+        # an empty table of its input's schema, instead of replanning the whole chain.
+        df = _apply(node, ctx.from_arrow(_empty(_SCHEMAS[inner[0]])), ctx, "schema")
+    else:
+        df = compile_plan(node, ctx, "schema")
     with guard(node.label()):
         df.optimized_logical_plan()  # constant folding reports literal casts that fail
         schema = plain_schema(df.schema())
