@@ -10,9 +10,8 @@
  * Only the box is computed: for each output row, the vertical pass reads the rows and
  * columns that row's taps touch and writes one intermediate row per channel (planar, so
  * the horizontal taps of one output value are contiguous); the horizontal pass then
- * produces the output row one channel at a time, applies the normalization affine, and
- * writes CHW float32 straight into the destination (other layouts go through one row
- * buffer). A horizontal flip is a reversed coefficient table; a vertical flip writes
+ * produces the output row, applies the normalization affine, and writes CHW float32
+ * straight into the destination (other layouts go through one planar row buffer). A horizontal flip is a reversed coefficient table; a vertical flip writes
  * rows bottom up.
  *
  * On x86-64 both passes have AVX2/FMA versions picked at run time; elsewhere, or when
