@@ -625,15 +625,15 @@ def test_imagenet_chain_is_within_40db_of_pillow(
 
 
 @pytest.fixture
-def idct_choices(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Record the ``fastdct`` flag of every simplejpeg decode."""
+def idct_choices(monkeypatch: pytest.MonkeyPatch) -> list[tuple[bool, bool]]:
+    """Record the ``fastdct`` and ``fastupsample`` flags of every simplejpeg decode."""
     import simplejpeg
 
-    calls: list[bool] = []
+    calls: list[tuple[bool, bool]] = []
     original = simplejpeg.decode_jpeg
 
     def spy(*args: Any, **kwargs: Any) -> Any:
-        calls.append(bool(kwargs.get("fastdct", False)))
+        calls.append((bool(kwargs.get("fastdct")), bool(kwargs.get("fastupsample"))))
         return original(*args, **kwargs)
 
     monkeypatch.setattr(simplejpeg, "decode_jpeg", spy)
@@ -643,21 +643,26 @@ def idct_choices(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
 @pytest.mark.parametrize(
     ("ops", "exact", "fast"),
     [
-        ((transforms.resize(h=100, w=120),), False, True),
-        ((transforms.resize(h=100, w=120),), True, False),
-        ((transforms.center_crop(h=100, w=100),), False, False),  # no resample: accurate
-        ((), False, False),
+        ((transforms.resize(h=100, w=120),), False, (True, True)),  # shrinks 2.4x
+        ((transforms.resize(h=150, w=200),), False, (True, False)),  # shrinks 1.6x
+        ((transforms.resize(h=100, w=120),), True, (False, False)),
+        ((transforms.center_crop(h=100, w=100),), False, (False, False)),  # no resample
+        ((), False, (False, False)),
     ],
-    ids=["resize", "resize-exact", "crop", "decode"],
+    ids=["shrink-2.4x", "shrink-1.6x", "exact", "crop", "decode"],
 )
-def test_fast_idct_only_where_a_resample_follows(
-    photo_jpeg: bytes, idct_choices: list[bool], ops: tuple[Op, ...], exact: bool, fast: bool
+def test_fast_decode_only_where_a_resample_follows(
+    photo_jpeg: bytes,
+    idct_choices: list[tuple[bool, bool]],
+    ops: tuple[Op, ...],
+    exact: bool,
+    fast: tuple[bool, bool],
 ) -> None:
     run(photo_jpeg, chain(*ops, exact=exact))
     if image_module.native_available():
-        assert idct_choices == [fast]
-    else:  # Pillow's decoder has one IDCT, the accurate one
-        assert idct_choices in ([], [False])
+        assert idct_choices == [fast]  # (fast IDCT, fast upsampling)
+    else:  # Pillow decodes accurately
+        assert idct_choices in ([], [(False, False)])
 
 
 def edge_position(pixels: np.ndarray, axis: int) -> float:
