@@ -16,8 +16,9 @@ Contenders, all with the same worker count (the usable cores):
 * ``decode full``: simplejpeg full-size decode of each file on a thread pool, no transforms;
 * ``decode draft``: simplejpeg decode at the DCT scale dataio's kernel picks (gap 2).
 
-The ceilings decode with simplejpeg's defaults (accurate IDCT); dataio uses the fast IDCT
-where a resample follows (``ImageSpec.exact`` turns that off), as its stage table shows.
+The ceilings decode with simplejpeg's defaults (accurate IDCT, smooth upsampling); where a
+resample follows, dataio uses the fast IDCT, and fast upsampling where it shrinks 2x or
+more (``ImageSpec.exact`` turns both off), as its stage table shows.
 
 Nothing here asserts on timings; the targets are printed as met or not met.
 """
@@ -44,10 +45,12 @@ from dataio.engine.lower import image_spec as lower_image_spec
 from dataio.testing import make_jpegs
 from dataio.udfs._resample import resample_into
 from dataio.udfs.image import (
+    FAST_UPSAMPLE_SHRINK,
     ImageSpec,
     _dct_scale,
     _decode_jpeg_scaled,
     _jpeg_header,
+    _shrink,
     plan_geometry,
     run_chain,
 )
@@ -329,8 +332,12 @@ def dataio_stages(data: bytes, clock: Stopwatch, f32: ImageSpec, u8: ImageSpec) 
     """Time dataio's kernel step by step (as ``_native_chain`` does)."""
     width, height, scale, geo = dct_scale(data, f32)
     clock.lap("dataio: header + plan")
-    pixels = _decode_jpeg_scaled(data, "rgb", width, height, scale, fast=not f32.exact)
-    clock.lap("dataio: decode at DCT scale, fast IDCT (simplejpeg)")
+    fast = not f32.exact
+    upsample = fast and _shrink(geo) / scale >= FAST_UPSAMPLE_SHRINK
+    pixels = _decode_jpeg_scaled(
+        data, "rgb", width, height, scale, fast=fast, fast_upsample=upsample
+    )
+    clock.lap("dataio: decode at DCT scale, fast modes (simplejpeg)")
     box = tuple(v / scale for v in geo.box)
     box = (box[0], box[1], min(box[2], pixels.shape[1]), min(box[3], pixels.shape[0]))
     out = np.empty((3, CROP, CROP), np.float32)
