@@ -17,20 +17,29 @@ ImageMode = Literal["rgb", "gray", "rgba"]
 IMAGE_MODES: tuple[str, ...] = ("rgb", "gray", "rgba")
 
 
-def image(*, mode: ImageMode = "rgb") -> Op:
+def image(*, mode: ImageMode = "rgb", exact: bool = False) -> Op:
     """Decode JPEG, PNG, WebP, BMP, GIF or TIFF bytes into an ``uint8`` HWC array.
 
     JPEG takes a fast path that decodes at a reduced DCT scale when the chain's later
-    resize allows it, never below the size the chain needs.
+    resize allows it, never below the size the chain needs. Where a resample follows,
+    it also uses libjpeg-turbo's fast IDCT (and fast chroma upsampling where the
+    resample shrinks 2x or more): crops stay above 40 dB PSNR of the exact result.
 
     Args:
         mode: ``"rgb"`` (3 channels), ``"gray"`` (1 channel) or ``"rgba"`` (4 channels).
+        exact: decode JPEG with the accurate IDCT and smooth upsampling everywhere.
 
     Example:
         >>> dataio.decoders.image(mode="gray")
         decode_image(mode='gray')
     """
-    return make_op("decode_image", "decode", mode=choice(mode, IMAGE_MODES, "decode_image mode"))
+    if not isinstance(exact, bool):
+        raise PlanError(f"decode_image exact must be True or False, got {exact!r}")
+    checked = choice(mode, IMAGE_MODES, "decode_image mode")
+    if exact:
+        return make_op("decode_image", "decode", mode=checked, exact=True)
+    # the default stays out of the op, so existing plan signatures keep
+    return make_op("decode_image", "decode", mode=checked)
 
 
 def numpy() -> Op:

@@ -139,9 +139,9 @@ class Slot:
 
     chain = then
 
-    def decode_image(self, *, mode: decoders.ImageMode = "rgb") -> Slot:
+    def decode_image(self, *, mode: decoders.ImageMode = "rgb", exact: bool = False) -> Slot:
         """Decode image bytes; see :func:`dataio.decoders.image`."""
-        return self.then(decoders.image(mode=mode))
+        return self.then(decoders.image(mode=mode, exact=exact))
 
     def decode_numpy(self) -> Slot:
         """Decode NPY bytes; see :func:`dataio.decoders.numpy`."""

@@ -162,6 +162,7 @@ def image_spec(
         dtype=dtype,
         layout=layout,
         random=_is_random(steps),
+        exact=bool(decoder.params_dict().get("exact", False)),
     )
 
 
