@@ -17,7 +17,14 @@ Importing dataio loads neither torch, Pillow nor DataFusion; they load on first 
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
+
+# mimalloc (inside DataFusion and pyarrow, loaded later) hands freed pages back to the OS
+# after 10 ms by default; each scan then faults its buffers in again, which made
+# back-to-back collects of benchmarks/scan.py's metadata query ~1.8x slower here. Keeping
+# freed pages for a second costs memory only between bursts. Set the variable to override.
+os.environ.setdefault("MIMALLOC_PURGE_DELAY", "1000")
 
 from dataio import batch_transforms, cond, decoders, testing, transforms
 from dataio.batch import Batch
