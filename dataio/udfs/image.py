@@ -283,7 +283,9 @@ def _decode_jpeg_full(
     *,
     fast: bool = False,
     fast_upsample: bool = False,
+    **min_size: int,
 ) -> np.ndarray:
+    """simplejpeg's decode; ``min_width``/``min_height`` pick a reduced DCT scale."""
     import simplejpeg
 
     try:
@@ -293,6 +295,7 @@ def _decode_jpeg_full(
             fastdct=fast,
             fastupsample=fast_upsample,
             strict=True,
+            **min_size,
         )
     except ValueError as exc:
         raise DecodeError(f"the JPEG is corrupt or truncated: {exc}") from exc
@@ -492,20 +495,14 @@ def _decode_jpeg_scaled(
     upsampling."""
     if scale == 1:
         return _decode_jpeg_full(data, mode, fast=fast, fast_upsample=fast_upsample)
-    import simplejpeg
-
-    try:
-        return simplejpeg.decode_jpeg(
-            data,
-            colorspace=_SIMPLEJPEG_SPACES[mode],
-            fastdct=fast,
-            fastupsample=fast_upsample,
-            strict=True,
-            min_width=math.ceil(width / scale),
-            min_height=math.ceil(height / scale),
-        )
-    except ValueError as exc:
-        raise DecodeError(f"the JPEG is corrupt or truncated: {exc}") from exc
+    return _decode_jpeg_full(
+        data,
+        mode,
+        fast=fast,
+        fast_upsample=fast_upsample,
+        min_width=math.ceil(width / scale),
+        min_height=math.ceil(height / scale),
+    )
 
 
 def transform_pixels(
