@@ -88,6 +88,21 @@ def chain(*ops: Op, mode: str = "rgb", **options: Any) -> ImageSpec:
     return ImageSpec(mode=mode, steps=steps, random=any(op.random for op in ops), **options)
 
 
+def pillow_chain(image: Image.Image, ops: tuple[Op, ...]) -> Image.Image:
+    """The reference: resize / resize_short / center_crop applied step by step by Pillow."""
+    for op in ops:
+        if op.name == "resize":
+            image = image.resize((op.param("w"), op.param("h")), Image.Resampling.BILINEAR)
+        elif op.name == "resize_short":
+            size = short_side_size(*image.size, op.param("size"))
+            image = image.resize(size, Image.Resampling.BILINEAR)
+        else:
+            w, h = op.param("w"), op.param("h")
+            left, top = center_offsets(*image.size, w, h)
+            image = image.crop((left, top, left + w, top + h))
+    return image
+
+
 def encode_png(pixels: np.ndarray) -> bytes:
     buffer = io.BytesIO()
     Image.fromarray(pixels).save(buffer, format="PNG")
@@ -183,17 +198,7 @@ def test_png_goes_through_pillow(
 
     monkeypatch.setattr(simplejpeg, "decode_jpeg", no_jpeg)
     out = run(photo_png, chain(*ops))
-    image = pillow_image(photo_png)
-    for op in ops:  # apply the chain step by step with Pillow
-        if op.name == "resize":
-            image = image.resize((op.param("w"), op.param("h")), Image.Resampling.BILINEAR)
-        elif op.name == "resize_short":
-            size = short_side_size(*image.size, op.param("size"))
-            image = image.resize(size, Image.Resampling.BILINEAR)
-        else:
-            w, h = op.param("w"), op.param("h")
-            left, top = center_offsets(*image.size, w, h)
-            image = image.crop((left, top, left + w, top + h))
+    image = pillow_chain(pillow_image(photo_png), ops)
     difference = np.abs(out.astype(np.int16) - hwc(image))
     assert difference.max() <= 1  # a fused crop re-derives the box in floating point
 
@@ -287,17 +292,7 @@ def test_resize_short_then_center_crop_matches_pillow(
 )
 def test_fast_idct_stays_within_40db_of_pillow(photo_jpeg: bytes, ops: tuple[Op, ...]) -> None:
     out = run(photo_jpeg, chain(*ops))
-    expected = pillow_image(photo_jpeg)
-    for op in ops:
-        if op.name == "resize":
-            expected = expected.resize((op.param("w"), op.param("h")), Image.Resampling.BILINEAR)
-        elif op.name == "resize_short":
-            size = short_side_size(*expected.size, op.param("size"))
-            expected = expected.resize(size, Image.Resampling.BILINEAR)
-        else:
-            w, h = op.param("w"), op.param("h")
-            left, top = center_offsets(*expected.size, w, h)
-            expected = expected.crop((left, top, left + w, top + h))
+    expected = pillow_chain(pillow_image(photo_jpeg), ops)
     assert out.shape == hwc(expected).shape
     assert psnr(out, hwc(expected)) >= 40.0
 
