@@ -38,13 +38,13 @@ def object_store_for(uri: str) -> Any:
     from dataio.io.uri import parse
 
     loc = parse(uri)
-    keys = config._credentials.get(loc.scheme, {"method": "default"})
+    keys = config.credentials_for(loc.scheme)
     if keys.get("method") == "anonymous":
         raise DataioError(
             f"cannot scan {uri!r} with anonymous credentials: DataFusion's S3 store always "
             "signs requests; configure keys or method='default'"
         )
-    endpoint, region = config._endpoints.get(loc.scheme, (None, None))
+    endpoint, region = config.endpoint_for(loc.scheme) or (None, None)
     endpoint = endpoint or os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT")
     if loc.scheme == "r2" and endpoint is None:
         raise DataioError(
