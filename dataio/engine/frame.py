@@ -766,9 +766,11 @@ def _chain_batches(
     listing = _listing(source) if isinstance(source, Scan) and hint is None else None
     if listing is not None:
         assert isinstance(source, Scan)
+        directory, extension = listing
         try:
             with guard(where):
-                base = _read(ctx, source.format, *_listing_args(source, listing))
+                options = dict(source.options)
+                base = _read(ctx, source.format, directory, options, source.schema, extension)
                 parts = _compile_steps(base, steps, ctx, "collect").collect_partitioned()
         except DataioError:
             parts = None  # the per-file plans below name the file that fails
@@ -800,11 +802,6 @@ def _chain_batches(
         for part in parts:
             for batch in part:
                 yield _plain(batch, schema)
-
-
-def _listing_args(scan: Scan, listing: tuple[str, str]) -> tuple[Any, ...]:
-    directory, extension = listing
-    return directory, dict(scan.options), scan.schema, extension
 
 
 def _where(source: Scan | Memory, steps: list[Node]) -> str:
