@@ -308,10 +308,12 @@ def derived_store(base: Any, purpose: str, build: Callable[[], Any]) -> Any:
         hit = _derived.get(key)
         if hit is not None and hit[0] is base:
             return hit[1]
-    made = build()
+    made = build()  # outside the lock: build may read the configuration
     with _lock:
-        _derived[key] = (base, made)  # keeps base alive, so its id stays unique
-    return made
+        hit = _derived.get(key)
+        if hit is None or hit[0] is not base:
+            hit = _derived[key] = (base, made)  # keeps base alive, so its id stays unique
+    return hit[1]  # a thread that built concurrently gets the same store as the first
 
 
 def redact(text: str) -> str:

@@ -35,3 +35,19 @@ def test_reset_forgets_the_stores_made_for_streams() -> None:
     config.reset()
     assert config.derived_store(store, "stream", build) is not first
     assert len(built) == 2
+
+
+def test_a_store_built_concurrently_is_shared_with_the_first_one_kept() -> None:
+    made: list[object] = []
+
+    def build() -> object:
+        mine = object()
+        made.append(mine)
+        if len(made) == 1:  # another thread asks, and finishes first, while this one builds
+            config.derived_store(store, "race", build)
+        return mine
+
+    store = object()
+    first = config.derived_store(store, "race", build)
+    assert first is made[1]  # the store the other thread cached, not a second one
+    assert config.derived_store(store, "race", build) is first
