@@ -493,16 +493,9 @@ def _decode_jpeg_scaled(
     """Decode at 1/``scale`` of the size; ``fast`` picks the fast IDCT (full scale only:
     libjpeg's reduced-size IDCTs have one variant), ``fast_upsample`` replicating chroma
     upsampling."""
-    if scale == 1:
-        return _decode_jpeg_full(data, mode, fast=fast, fast_upsample=fast_upsample)
-    return _decode_jpeg_full(
-        data,
-        mode,
-        fast=fast,
-        fast_upsample=fast_upsample,
-        min_width=math.ceil(width / scale),
-        min_height=math.ceil(height / scale),
-    )
+    reduced = {"min_width": math.ceil(width / scale), "min_height": math.ceil(height / scale)}
+    size = reduced if scale > 1 else {}
+    return _decode_jpeg_full(data, mode, fast=fast, fast_upsample=fast_upsample, **size)
 
 
 def transform_pixels(
