@@ -10,6 +10,7 @@ pyarrow; DataFusion's own HTTP store cannot be told to use them.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -31,9 +32,9 @@ def ranged(path: str) -> bool:
 
 
 def object_store_for(uri: str) -> Any:
-    """The DataFusion object store serving an ``s3://`` or ``r2://`` bucket."""
-    from datafusion import object_store
-
+    """The DataFusion object store serving an ``s3://`` or ``r2://`` bucket, built once
+    per bucket and configuration. DataFusion's store takes no proxy or custom TLS roots:
+    those settings apply to the other schemes, which go through dataio's IO layer."""
     from dataio.io import config
     from dataio.io.uri import parse
 
@@ -44,20 +45,26 @@ def object_store_for(uri: str) -> Any:
             f"cannot scan {uri!r} with anonymous credentials: DataFusion's S3 store always "
             "signs requests; configure keys or method='default'"
         )
-    endpoint, region = config.endpoint_for(loc.scheme) or (None, None)
-    endpoint = endpoint or os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT")
-    if loc.scheme == "r2" and endpoint is None:
-        raise DataioError(
-            "r2:// needs an endpoint: dataio.configure_endpoint('r2', "
-            "'https://ACCOUNT.r2.cloudflarestorage.com')"
-        )
-    region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    endpoint, region = config.s3_target(loc.scheme)
+    env = os.environ.get
+    endpoint = endpoint or env("AWS_ENDPOINT_URL") or env("AWS_ENDPOINT")
+    region = region or env("AWS_REGION") or env("AWS_DEFAULT_REGION")
+    return _amazon_s3(loc.authority, tuple(sorted(keys.items())), endpoint, region)
+
+
+@functools.lru_cache(maxsize=64)
+def _amazon_s3(
+    bucket: str, keys: tuple[tuple[str, str], ...], endpoint: str | None, region: str | None
+) -> Any:
+    from datafusion import object_store
+
+    found = dict(keys)
     return object_store.AmazonS3(
-        bucket_name=loc.authority,
-        region=region or ("auto" if loc.scheme == "r2" else None),
-        access_key_id=keys.get("access_key_id"),
-        secret_access_key=keys.get("secret_access_key"),
-        session_token=keys.get("session_token"),
+        bucket_name=bucket,
+        region=region,
+        access_key_id=found.get("access_key_id"),
+        secret_access_key=found.get("secret_access_key"),
+        session_token=found.get("session_token"),
         endpoint=endpoint,
         allow_http=bool(endpoint and endpoint.startswith("http://")),
     )

@@ -456,23 +456,29 @@ def _build_http(location: Location, transport: Transport, credentials: dict[str,
     return HTTPStore.from_url(base, **options)
 
 
+def s3_target(scheme: str) -> tuple[str | None, str | None]:
+    """The configured (endpoint, region) of an S3-like scheme; ``r2`` needs an endpoint
+    and signs for region ``auto`` unless told otherwise."""
+    endpoint, region = _endpoints.get(scheme, (None, None))
+    if scheme == "r2":
+        if endpoint is None:
+            raise DataioError(
+                "r2:// needs an endpoint: dataio.configure_endpoint('r2', "
+                "'https://ACCOUNT.r2.cloudflarestorage.com')"
+            )
+        region = region or "auto"
+    return endpoint, region
+
+
 def _build_s3(location: Location, transport: Transport, credentials: dict[str, str]) -> Any:
     from obstore.store import S3Store
 
-    scheme = location.scheme
     config: dict[str, Any] = {}
-    endpoint, region = _endpoints.get(scheme, (None, None))
-    if scheme == "r2" and endpoint is None:
-        raise DataioError(
-            "r2:// needs an endpoint: dataio.configure_endpoint('r2', "
-            "'https://ACCOUNT.r2.cloudflarestorage.com')"
-        )
+    endpoint, region = s3_target(location.scheme)
     if endpoint is not None:
         config["endpoint"] = endpoint
     if region is not None:
         config["region"] = region
-    elif scheme == "r2":
-        config["region"] = "auto"
     config.update(
         _store_credentials(
             credentials,
