@@ -419,10 +419,11 @@ def scan(path: PathSpec, *, format: Format | None = None, **options: Any) -> Laz
         >>> dataio.scan("/data/part-*.parquet").filter("label = 3")  # doctest: +SKIP
     """
     items = _spec(path)
-    fmt = format or _format_of(items[0])
+    listings: dict[str, list[str]] = {}  # remote prefixes listed once per scan
+    fmt = format or _format_of(items[0], listings)
     if fmt not in EXTENSIONS:
         raise PlanError(f"scan format must be one of {list(EXTENSIONS)}, got {fmt!r}")
-    files = _resolve(items, fmt)
+    files = _resolve(items, fmt, listings)
     from dataio.engine.frame import scan_schema
 
     schema = scan_schema(fmt, files[0], options)
@@ -600,15 +601,13 @@ def _spec(path: PathSpec) -> tuple[str, ...]:
     return tuple(i[len("file://") :] if i.startswith("file://") else i for i in items)
 
 
-def _format_of(path: str) -> str:
+def _format_of(path: str, listings: dict[str, list[str]]) -> str:
     lowered = path.lower().rstrip("/")
     for fmt, extensions in EXTENSIONS.items():
         if lowered.endswith(extensions):
             return fmt
     if "://" in path:
-        from dataio.io.verbs import glob
-
-        names = glob(path.rstrip("/") + "/**")
+        names = _remote_prefix(path, listings)
     else:
         names = [f for _, _, fs in os.walk(path) for f in fs] if os.path.isdir(path) else []
     for fmt, extensions in EXTENSIONS.items():
@@ -620,11 +619,11 @@ def _format_of(path: str) -> str:
     )
 
 
-def _resolve(items: Sequence[str], fmt: str) -> list[str]:
+def _resolve(items: Sequence[str], fmt: str, listings: dict[str, list[str]]) -> list[str]:
     files: list[str] = []
     for item in items:
         if "://" in item:
-            files += _resolve_remote(item, fmt)
+            files += _resolve_remote(item, fmt, listings)
             continue
         if any(c in item for c in "*?["):
             found = sorted(p for p in globlib.glob(item, recursive=True) if os.path.isfile(p))
@@ -651,8 +650,13 @@ def _resolve(items: Sequence[str], fmt: str) -> list[str]:
     return files
 
 
-def _resolve_remote(item: str, fmt: str) -> list[str]:
-    """The objects a remote path names: a pattern, a prefix ending in ``/``, or one object."""
+def _resolve_remote(item: str, fmt: str, listings: dict[str, list[str]]) -> list[str]:
+    """The objects a remote path names: a pattern, a prefix ending in ``/``, or one object.
+
+    A path ending in an extension of the format is one object (one HEAD); any other is
+    first a prefix (one listing, shared with the format guess of :func:`scan`), then an
+    object named without the extension.
+    """
     from dataio.io.verbs import exists, glob
 
     def of_format(uris: list[str]) -> list[str]:
@@ -668,12 +672,26 @@ def _resolve_remote(item: str, fmt: str) -> list[str]:
         if not found:
             raise NotFoundError(f"scan_{fmt}: the pattern {item!r} matched no objects")
         return found
-    if not item.endswith("/") and exists(item):
+    if item.lower().endswith(EXTENSIONS[fmt]):
+        if not exists(item):
+            raise NotFoundError(f"scan_{fmt}: no object {item!r}")
         return [item]
-    found = of_format(glob(item.rstrip("/") + "/**"))
+    found = of_format(_remote_prefix(item, listings))
+    if not found and not item.endswith("/") and exists(item):
+        return [item]  # one object named without the format's extension
     if not found:
         raise NotFoundError(
             f"scan_{fmt}: no object {item!r} and no {fmt} objects under it "
             f"({', '.join(EXTENSIONS[fmt])})"
         )
     return found
+
+
+def _remote_prefix(prefix: str, listings: dict[str, list[str]]) -> list[str]:
+    """Every object under ``prefix``; ``listings`` remembers it for the rest of the scan."""
+    from dataio.io.verbs import glob
+
+    key = prefix.rstrip("/")
+    if key not in listings:
+        listings[key] = glob(key + "/**")
+    return listings[key]

@@ -125,3 +125,18 @@ def test_csv_over_http_reads_what_pyarrow_reads() -> None:
     finally:
         server.kill()
         config.reset()
+
+
+def test_a_prefix_is_listed_once_per_scan(s3: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataio.io.verbs as verbs
+
+    calls: list[str] = []
+    real = verbs.glob
+
+    def counting(pattern: str) -> list[str]:
+        calls.append(pattern)
+        return real(pattern)
+
+    monkeypatch.setattr(verbs, "glob", counting)
+    assert scan(f"{s3}/data").collect_arrow().equals(expected())  # format from the listing
+    assert calls == [f"{s3}/data/**"]
