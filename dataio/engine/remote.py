@@ -75,9 +75,10 @@ def download_table(fmt: str, uri: str, options: dict[str, Any]) -> Any:
     import pyarrow as pa
 
     from dataio.exceptions import FormatError
-    from dataio.io.read import read_bytes
+    from dataio.io.uri import parse
+    from dataio.io.verbs import fetch_whole
 
-    data = pa.py_buffer(read_bytes(uri))
+    data = pa.py_buffer(fetch_whole(parse(uri), uri))  # the body's buffer, not a copy
     try:
         if fmt == "parquet":
             import pyarrow.parquet as pq

@@ -127,7 +127,10 @@ def read(
         from dataio.io.read import check_format, decode
 
         check_format(format, mode, ranged=offset is not None or size is not None)
-        return decode(read(uri), format, mode, uri)
+        loc = parse(uri)
+        # a remote body is decoded from the buffer it arrived in, not a copy of it
+        data = read(uri) if loc.scheme == "file" else fetch_whole(loc, uri)
+        return decode(data, format, mode, uri)
     _check_range(offset, size)
     if size == 0:
         return b""
