@@ -26,13 +26,15 @@ $(VENV)/.test: $(VENV)/.core
 demo: $(VENV)/.core
 	$(PY) examples/demo.py
 
-# libfabric (RDMA tests over the loopback providers) from Debian's packages, when missing.
+# From Debian's packages, when missing: libfabric (RDMA tests over the loopback
+# providers) and libjpeg-turbo's headers (the region JPEG decoder, built with the package).
+SYSTEM_PACKAGES := libfabric1 libfabric-dev libjpeg62-turbo-dev
 system-deps:
-	@if ! dpkg -s libfabric-dev >/dev/null 2>&1; then \
+	@if ! dpkg -s $(SYSTEM_PACKAGES) >/dev/null 2>&1; then \
 		if [ "$$(id -u)" = 0 ]; then \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libfabric1 libfabric-dev >/dev/null; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_PACKAGES) >/dev/null; \
 		else \
-			echo "make test needs libfabric1 and libfabric-dev: sudo apt-get install libfabric1 libfabric-dev"; exit 1; \
+			echo "make test needs $(SYSTEM_PACKAGES): sudo apt-get install $(SYSTEM_PACKAGES)"; exit 1; \
 		fi; \
 	fi
 

@@ -72,7 +72,16 @@ def _libfabric() -> dict[str, Any]:
 def _decoders() -> dict[str, Any]:
     decoders: dict[str, Any] = {}
     if _version("simplejpeg"):
-        decoders["jpeg"] = f"simplejpeg {_version('simplejpeg')} (DCT-scaled via Pillow draft)"
+        decoders["jpeg"] = f"simplejpeg {_version('simplejpeg')} (whole images, DCT-scaled)"
+    try:
+        from dataio.udfs import _jpeg
+
+        decoders["jpeg regions"] = f"{_jpeg.version()} (crops decode only their pixels)"
+    except ImportError:
+        decoders["jpeg regions"] = (
+            "not built: install libjpeg-turbo's headers (Debian: libjpeg62-turbo-dev) and "
+            "reinstall dataio; crops decode the whole image meanwhile"
+        )
     try:
         from PIL import features
 

@@ -31,6 +31,11 @@ try:  # the compiled kernel; without it Pillow resamples (slower, same results w
     from dataio.udfs import _resample
 except ImportError:  # pragma: no cover - exercised by forcing the fallback in tests
     _resample = None
+_jpeg: Any
+try:  # region decodes through libjpeg-turbo; without it JPEGs decode whole, then slice
+    from dataio.udfs import _jpeg
+except ImportError:  # pragma: no cover - built wherever libjpeg-turbo's headers are
+    _jpeg = None
 
 __all__ = [
     "Geometry",
@@ -428,16 +433,25 @@ def _native_chain(
     geo = plan_geometry(spec.steps, width, height, rng)
     plain = geo.is_plain_crop()
     scale = 1
+    origin = (0, 0)  # where the decoded pixels start, in the decoded image's coordinates
     if jpeg:
         if not plain:
             scale = _dct_scale(geo)
         fast = not (plain or spec.exact)
         upsample = fast and _shrink(geo) / scale >= FAST_UPSAMPLE_SHRINK
-        pixels = _decode_jpeg_scaled(
-            data, spec.mode, width, height, scale, fast=fast, fast_upsample=upsample
+        pixels, origin = _decode_jpeg_region(
+            data,
+            spec.mode,
+            (width, height),
+            scale,
+            _decode_region(geo, scale),
+            fast=fast,
+            fast_upsample=upsample,
         )
     if plain:
         x0, y0, x1, y1 = (int(v) for v in geo.box)
+        x0, x1 = x0 - origin[0], x1 - origin[0]
+        y0, y1 = y0 - origin[1], y1 - origin[1]
         cropped = pixels[y0:y1, x0:x1]
         if geo.hflip:
             cropped = cropped[:, ::-1]
@@ -460,6 +474,8 @@ def _native_chain(
     src = np.ascontiguousarray(pixels)
     # a 1/scale DCT decode maps x to exactly x / scale; clamp float rounding at the edges
     left, top, right, bottom = (v / scale for v in geo.box)
+    left, right = left - origin[0], right - origin[0]
+    top, bottom = top - origin[1], bottom - origin[1]
     box = (max(left, 0.0), max(top, 0.0), min(right, src.shape[1]), min(bottom, src.shape[0]))
     _resample.resample_into(
         src,
@@ -478,6 +494,62 @@ def _native_chain(
         geo.vflip,
     )
     return out, (height, width)
+
+
+def _decode_region(geo: Geometry, scale: int) -> tuple[int, int, int, int]:
+    """The decoded pixels (at 1/``scale``) a geometry reads: its box plus the resample's
+    reach (the filter's support, as wide as the shrink factor, and one pixel to round),
+    plus one pixel that a region decode may get wrong at its edges."""
+    left, top, right, bottom = (v / scale for v in geo.box)
+    if geo.is_plain_crop():
+        reach_x = reach_y = 1
+    else:
+        out_w, out_h = geo.size
+        reach_x = math.ceil(max(1.0, (right - left) / out_w)) + 2
+        reach_y = math.ceil(max(1.0, (bottom - top) / out_h)) + 2
+    return (
+        math.floor(left) - reach_x,
+        math.floor(top) - reach_y,
+        math.ceil(right) + reach_x,
+        math.ceil(bottom) + reach_y,
+    )
+
+
+def _decode_jpeg_region(
+    data: bytes | bytearray | memoryview,
+    mode: str,
+    size: tuple[int, int],
+    scale: int,
+    region: tuple[int, int, int, int],
+    *,
+    fast: bool = False,
+    fast_upsample: bool = False,
+) -> tuple[np.ndarray, tuple[int, int]]:
+    """Decode at 1/``scale`` the pixels of ``region`` (x0, y0, x1, y1 in the decoded
+    image's coordinates; clamped to it) and perhaps more around it.
+
+    Returns the ``uint8`` HWC pixels and the decoded coordinates of their top-left
+    pixel. Without the region decoder (or for CMYK JPEGs, which it does not convert),
+    the whole image is decoded and the origin is ``(0, 0)``.
+    """
+    if _jpeg is not None:
+        try:
+            found = _jpeg.decode_region(data, CHANNELS[mode], scale, *region, fast, fast_upsample)
+        except ValueError as exc:
+            raise DecodeError(f"the JPEG is corrupt or truncated: {exc}") from exc
+        if found is not None:
+            buffer, x, y, width, height = found
+            pixels = np.frombuffer(buffer, np.uint8).reshape(height, width, CHANNELS[mode])
+            return pixels, (x, y)
+    pixels = _decode_jpeg_scaled(
+        data, mode, size[0], size[1], scale, fast=fast, fast_upsample=fast_upsample
+    )
+    return pixels, (0, 0)
+
+
+def region_decoder() -> str | None:
+    """The libjpeg-turbo build region decodes use, or ``None`` when it was not built."""
+    return None if _jpeg is None else str(_jpeg.version())
 
 
 def _decode_jpeg_scaled(

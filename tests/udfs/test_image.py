@@ -578,15 +578,18 @@ def draft_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[tuple[int, int], 
         return result
 
     monkeypatch.setattr(JpegImagePlugin.JpegImageFile, "draft", spy)
-    scaled = image_module._decode_jpeg_scaled
+    region = image_module._decode_jpeg_region
 
-    def native_spy(data: Any, mode: str, width: int, height: int, scale: int, **kw: Any) -> Any:
-        pixels = scaled(data, mode, width, height, scale, **kw)
+    def native_spy(
+        data: Any, mode: str, size: tuple[int, int], scale: int, *a: Any, **kw: Any
+    ) -> Any:
+        found = region(data, mode, size, scale, *a, **kw)
         if scale > 1:
-            calls.append(((width, height), ("RGB", (0, 0, width / scale, height / scale))))
-        return pixels
+            width, height = size
+            calls.append((size, ("RGB", (0, 0, width / scale, height / scale))))
+        return found
 
-    monkeypatch.setattr(image_module, "_decode_jpeg_scaled", native_spy)
+    monkeypatch.setattr(image_module, "_decode_jpeg_region", native_spy)
     return calls
 
 
@@ -621,7 +624,8 @@ def test_imagenet_chain_is_within_40db_of_pillow(
 
 @pytest.fixture
 def idct_choices(monkeypatch: pytest.MonkeyPatch) -> list[tuple[bool, bool]]:
-    """Record the ``fastdct`` and ``fastupsample`` flags of every simplejpeg decode."""
+    """Record the (fast IDCT, fast upsampling) flags of every JPEG decode: simplejpeg's
+    ``fastdct``/``fastupsample``, the region decoder's last two arguments."""
     import simplejpeg
 
     calls: list[tuple[bool, bool]] = []
@@ -632,6 +636,18 @@ def idct_choices(monkeypatch: pytest.MonkeyPatch) -> list[tuple[bool, bool]]:
         return original(*args, **kwargs)
 
     monkeypatch.setattr(simplejpeg, "decode_jpeg", spy)
+    if image_module._jpeg is not None:
+        decoder = image_module._jpeg
+
+        class RegionSpy:
+            def decode_region(self, *args: Any) -> Any:
+                calls.append((bool(args[-2]), bool(args[-1])))
+                return decoder.decode_region(*args)
+
+            def version(self) -> str:
+                return str(decoder.version())
+
+        monkeypatch.setattr(image_module, "_jpeg", RegionSpy())
     return calls
 
 
