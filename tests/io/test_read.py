@@ -52,3 +52,24 @@ def test_read_bytes_on_every_backend(base: str) -> None:
 def test_read_bytes_of_a_directory_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(DataioError, match="directory"):
         dio.read_bytes(tmp_path)
+
+
+def test_read_bytes_local_path_forms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = bytes(range(256)) * 4099  # not a multiple of any buffer size
+    path = tmp_path / "blob.bin"
+    path.write_bytes(data)
+    monkeypatch.chdir(tmp_path)
+    for form in (str(path), path, "blob.bin", path.as_uri(), f"file://{path}"):
+        assert dio.read_bytes(form) == data, form
+    (tmp_path / "empty").write_bytes(b"")
+    assert dio.read_bytes(str(tmp_path / "empty")) == b""
+    with pytest.raises(DataioError, match="directory"):
+        dio.read_bytes(str(tmp_path))
+    with pytest.raises(NotFoundError):
+        dio.read_bytes(str(tmp_path / "missing.bin"))
+
+
+def test_read_bytes_of_a_file_whose_size_stat_does_not_know() -> None:
+    # /proc files report size 0 to stat but have content: read until the end
+    text = dio.read_bytes("/proc/self/status")
+    assert text.startswith(b"Name:") and b"\nPid:" in text
