@@ -48,13 +48,17 @@ from dataio.udfs.image import (
     FAST_UPSAMPLE_SHRINK,
     ImageSpec,
     _dct_scale,
+    _decode_jpeg_region,
     _decode_jpeg_scaled,
+    _decode_region,
     _jpeg_header,
     _shrink,
     plan_geometry,
+    region_decoder,
     run_chain,
 )
 
+REGION_DECODER = "libjpeg-turbo" if region_decoder() else "simplejpeg, whole image"
 BATCH = 64
 PREFETCH = 4
 RESIZE = 256
@@ -334,12 +338,23 @@ def dataio_stages(data: bytes, clock: Stopwatch, f32: ImageSpec, u8: ImageSpec) 
     clock.lap("dataio: header + plan")
     fast = not f32.exact
     upsample = fast and _shrink(geo) / scale >= FAST_UPSAMPLE_SHRINK
-    pixels = _decode_jpeg_scaled(
-        data, "rgb", width, height, scale, fast=fast, fast_upsample=upsample
+    pixels, (x, y) = _decode_jpeg_region(
+        data,
+        "rgb",
+        (width, height),
+        scale,
+        _decode_region(geo, scale),
+        fast=fast,
+        fast_upsample=upsample,
     )
-    clock.lap("dataio: decode at DCT scale, fast modes (simplejpeg)")
-    box = tuple(v / scale for v in geo.box)
-    box = (box[0], box[1], min(box[2], pixels.shape[1]), min(box[3], pixels.shape[0]))
+    clock.lap(f"dataio: decode the crop's region at DCT scale, fast modes ({REGION_DECODER})")
+    left, top, right, bottom = (v / scale for v in geo.box)
+    box = (
+        max(left - x, 0.0),
+        max(top - y, 0.0),
+        min(right - x, pixels.shape[1]),
+        min(bottom - y, pixels.shape[0]),
+    )
     out = np.empty((3, CROP, CROP), np.float32)
     resample_into(
         pixels, pixels.shape[0], pixels.shape[1], 3, box, out, CROP, CROP, True, True,
