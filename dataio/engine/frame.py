@@ -82,15 +82,28 @@ def workers() -> int:
     return max(1, cpu_workers())
 
 
-def session(partitions: int, *, ordered: bool = False) -> Any:
+def session(partitions: int, *, ordered: bool = False, remote: bool = False) -> Any:
     """A DataFusion context with dataio's settings and kernels.
 
     ``ordered``: no file is split across partitions and no round-robin repartitioning,
     so each partition of a plan keeps its input's rows in order.
+
+    ``remote``: the plan reads object stores, where fetching many footers at once hides
+    latency; local plans fetch at most one footer per worker at a time. DataFusion reads
+    local files on tokio's blocking pool, and its default of 32 concurrent footer and
+    statistics fetches starts a blocking thread per file (16 for benchmarks/scan.py) that
+    later reads row groups too. Each such thread keeps the buffers it read in its own
+    allocator pages (they are freed by the worker threads that decode them), so every
+    extra thread grows the process by up to the bytes one scan reads: a 16-file scan
+    faulted in ~50 MB of fresh memory per collect for its first dozen collects (~2x
+    slower here) and a 1.8 GB read grew RSS by ~1.8 GB per collect. With one fetch per
+    worker the pool stays at a few threads and their pages are reused.
     """
     from datafusion import SessionConfig, SessionContext
 
     config = SessionConfig().with_target_partitions(partitions)
+    if not remote:
+        config = config.set("datafusion.execution.meta_fetch_concurrency", str(workers()))
     if ordered:
         config = config.with_repartition_file_scans(False).set(
             "datafusion.optimizer.enable_round_robin_repartition", "false"
@@ -105,7 +118,7 @@ def session(partitions: int, *, ordered: bool = False) -> Any:
 _scan_sessions = threading.local()
 
 
-def scan_session(partitions: int, *, ordered: bool = False) -> Any:
+def scan_session(partitions: int, *, ordered: bool = False, remote: bool = False) -> Any:
     """This thread's long-lived context for scans and plan schemas.
 
     Reusing it keeps DataFusion's cache of Parquet footers and file statistics between
@@ -114,14 +127,15 @@ def scan_session(partitions: int, *, ordered: bool = False) -> Any:
     or removed are seen by the next plan. SQL plans register their views only while
     planning and drop them before returning.
     """
-    cache: dict[tuple[int, bool], Any] | None = getattr(_scan_sessions, "contexts", None)
+    cache: dict[tuple[int, bool, bool], Any] | None = getattr(_scan_sessions, "contexts", None)
     if cache is None:
         cache = _scan_sessions.contexts = {}
-    ctx = cache.get((partitions, ordered))
+    key = (partitions, ordered, remote)
+    ctx = cache.get(key)
     if ctx is None:
-        ctx = session(partitions, ordered=ordered)
+        ctx = session(partitions, ordered=ordered, remote=remote)
         ctx.sql("SET datafusion.runtime.list_files_cache_limit = '0'").collect()
-        cache[(partitions, ordered)] = ctx
+        cache[key] = ctx
     return ctx
 
 
@@ -762,7 +776,8 @@ def _chain_batches(
     if not parallel or len(units) == 1:
         yield from sequential()
         return
-    ctx = scan_session(workers(), ordered=True)
+    remote = isinstance(source, Scan) and any(is_remote(f) for f in source.files)
+    ctx = scan_session(workers(), ordered=True, remote=remote)
     listing = _listing(source) if isinstance(source, Scan) and hint is None else None
     if listing is not None:
         assert isinstance(source, Scan)
@@ -795,10 +810,10 @@ def _chain_batches(
                 raise
             for unit in chunk:  # names the file that fails
                 with guard(where, unit):
-                    frame(session(1), unit).collect()
+                    frame(session(1, remote=remote), unit).collect()
             raise translate(exc, where) from exc
         if len(parts) != len(chunk):  # pragma: no cover - a plan that split a file
-            parts = [frame(session(1), unit).collect() for unit in chunk]
+            parts = [frame(session(1, remote=remote), unit).collect() for unit in chunk]
         for part in parts:
             for batch in part:
                 yield _plain(batch, schema)
@@ -837,15 +852,16 @@ def run(node: Node, *, parallel: bool) -> Iterator[Any]:
 
 def _plan_batches(core: Node, *, parallel: bool, schema: Any) -> Iterator[Any]:
     where = core.label()
+    remote = _reads_remote(core)
     if parallel:
-        ctx = session(workers())
+        ctx = session(workers(), remote=remote)
         df = compile_plan(core, ctx, "collect")
         with guard(where):
             batches = df.collect()
         for batch in batches:
             yield _plain(batch, schema)
         return
-    ctx = session(1)
+    ctx = session(1, remote=remote)
     df = compile_plan(core, ctx, "stream")
     with guard(where):
         stream = df.execute_stream()
@@ -943,7 +959,7 @@ def tree(node: Node, indent: int = 0) -> list[str]:
 def explain(node: Node, *, analyze: bool) -> str:
     """Text: dataio's plan, then DataFusion's optimized logical and physical plans, or
     with ``analyze`` the physical plan after running it, with its metrics."""
-    ctx = session(workers())
+    ctx = session(workers(), remote=_reads_remote(node))
     df = compile_plan(node, ctx, "explain")
     lines = ["dataio plan:", *("  " + line for line in tree(node))]
     python = [n.label() for n in _walk(node) if isinstance(n, PyFilter)]
@@ -961,6 +977,11 @@ def explain(node: Node, *, analyze: bool) -> str:
             lines += ["", "DataFusion physical plan:"]
             lines += df.execution_plan().display_indent().splitlines()
     return "\n".join(lines)
+
+
+def _reads_remote(node: Node) -> bool:
+    """Whether any scan in the plan reads an object store."""
+    return any(isinstance(n, Scan) and any(is_remote(f) for f in n.files) for n in _walk(node))
 
 
 def _walk(node: Node) -> Iterator[Node]:

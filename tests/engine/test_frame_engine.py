@@ -145,3 +145,28 @@ def test_the_reused_scan_session_sees_added_and_rewritten_files(tmp_path: Path) 
     assert ids() == [*range(7), 50, 51]
     pq.write_table(pa.table({"id": pa.array([90], pa.int64())}), tmp_path / "part-000.parquet")
     assert ids() == [90, 3, 4, 5, 6, 50, 51]
+
+
+def _setting(ctx: object, name: str) -> str:
+    ctx.sql("SET datafusion.catalog.information_schema = true").collect()  # type: ignore[attr-defined]
+    query = f"SELECT value FROM information_schema.df_settings WHERE name = '{name}'"
+    return str(ctx.sql(query).to_pylist()[0]["value"])  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("workers", ["1", "3"])
+def test_local_plans_fetch_one_footer_per_worker_remote_plans_many(
+    monkeypatch: pytest.MonkeyPatch, workers: str
+) -> None:
+    # DataFusion's 32 concurrent local footer fetches each start a tokio blocking thread
+    # whose allocator pages then hold row-group reads: the process grew by about the bytes
+    # of one scan per collect. Object stores keep the default, which hides latency.
+    from datafusion import SessionContext
+
+    from dataio.engine.frame import session
+
+    monkeypatch.setenv("DATAIO_CPU_WORKERS", workers)
+    name = "datafusion.execution.meta_fetch_concurrency"
+    default = _setting(SessionContext(), name)
+    assert _setting(session(2), name) == workers
+    assert _setting(session(2, ordered=True), name) == workers
+    assert _setting(session(2, remote=True), name) == default != workers
