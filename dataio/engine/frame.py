@@ -786,7 +786,8 @@ def _chain_batches(
             with guard(where):
                 options = dict(source.options)
                 base = _read(ctx, source.format, directory, options, source.schema, extension)
-                parts = _compile_steps(base, steps, ctx, "collect").collect_partitioned()
+                df = _plain_frame(_compile_steps(base, steps, ctx, "collect"))
+                parts = df.collect_partitioned()
         except DataioError:
             parts = None  # the per-file plans below name the file that fails
         if parts is not None:
@@ -804,7 +805,7 @@ def _chain_batches(
         for other in frames[1:]:
             union = union.union(other)
         try:
-            parts = union.collect_partitioned()
+            parts = _plain_frame(union).collect_partitioned()
         except BaseException as exc:
             if not _is_engine_error(exc):
                 raise
@@ -817,6 +818,26 @@ def _chain_batches(
         for part in parts:
             for batch in part:
                 yield _plain(batch, schema)
+
+
+def _plain_frame(df: Any) -> Any:
+    """``df`` with its top-level view columns cast to string/binary inside the plan.
+
+    The casts then run on DataFusion's workers, partition by partition, instead of on
+    the Python thread after the collect (a filtered 16-file scan: ~1 ms less, about the
+    cast's time). Nested views are left to :func:`_plain`.
+    """
+    import pyarrow as pa
+
+    views = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
+    schema = df.schema()
+    if not any(f.type in views for f in schema):
+        return df
+    columns = [
+        _column(f.name).cast(views[f.type]).alias(f.name) if f.type in views else _column(f.name)
+        for f in schema
+    ]
+    return df.select(*columns)
 
 
 def _where(source: Scan | Memory, steps: list[Node]) -> str:

@@ -170,3 +170,30 @@ def test_local_plans_fetch_one_footer_per_worker_remote_plans_many(
     assert _setting(session(2), name) == workers
     assert _setting(session(2, ordered=True), name) == workers
     assert _setting(session(2, remote=True), name) == default != workers
+
+
+def test_parallel_collects_cast_views_inside_the_plan(tmp_path: Path) -> None:
+    from datafusion import SessionContext
+
+    from dataio.engine.frame import _plain_frame
+    from dataio.frame import scan_parquet
+
+    table = pa.table(
+        {
+            "s": pa.array(["a", "bb", None, "dddd"] * 3, pa.string_view()),
+            "b": pa.array([b"x", None, b"yy", b"z"] * 3, pa.binary_view()),
+            "n": list(range(12)),
+        }
+    )
+    df = _plain_frame(SessionContext().from_arrow(table))
+    assert df.schema().types == [pa.string(), pa.binary(), pa.int64()]
+    assert df.to_arrow_table().equals(table.cast(plain_schema(table.schema)))
+    plain = table.cast(plain_schema(table.schema))
+    for part in range(3):
+        pq.write_table(plain.slice(part * 4, 4), tmp_path / f"part-{part}.parquet")
+    paths = sorted(str(p) for p in tmp_path.glob("*.parquet"))
+    for files in (paths, paths[::-1]):  # one listing, and a UNION of per-file plans
+        got = scan_parquet(files).filter(col("n") % 2 == 0).collect_arrow()
+        rows = [r for p in files for r in pq.read_table(p).to_pylist() if r["n"] % 2 == 0]
+        assert got.schema.types == [pa.string(), pa.binary(), pa.int64()]
+        assert got.to_pylist() == rows
