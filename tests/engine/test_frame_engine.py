@@ -197,3 +197,19 @@ def test_parallel_collects_cast_views_inside_the_plan(tmp_path: Path) -> None:
         rows = [r for p in files for r in pq.read_table(p).to_pylist() if r["n"] % 2 == 0]
         assert got.schema.types == [pa.string(), pa.binary(), pa.int64()]
         assert got.to_pylist() == rows
+
+
+def test_a_rewritten_file_gives_its_new_schema(tmp_path: Path) -> None:
+    from dataio.frame import scan_parquet
+
+    path = tmp_path / "one.parquet"
+    pq.write_table(pa.table({"a": pa.array([1, 2], pa.int64())}), path)
+    assert scan_parquet(str(path)).schema.names == ["a"]
+    assert scan_parquet(str(path)).schema.names == ["a"]  # kept
+    pq.write_table(pa.table({"b": ["x"], "c": [1.5]}), path)
+    frame = scan_parquet(str(path))
+    assert frame.schema.names == ["b", "c"]
+    assert frame.collect_arrow().to_pylist() == [{"b": "x", "c": 1.5}]
+    path.write_bytes(b"not parquet")
+    with pytest.raises(Exception, match="not a valid parquet file"):
+        scan_parquet(str(path))
