@@ -21,9 +21,11 @@ import os
 from typing import TYPE_CHECKING, Any
 
 # mimalloc (inside DataFusion and pyarrow, loaded later) hands freed pages back to the OS
-# after 10 ms by default; each scan then faults its buffers in again, which made
-# back-to-back collects of benchmarks/scan.py's metadata query ~1.8x slower here. Keeping
-# freed pages for a second costs memory only between bursts. Set the variable to override.
+# after 10 ms by default, and a scan then faults its buffers in again. Keeping freed pages
+# for a second costs memory only between bursts; it made back-to-back collects faster
+# while DataFusion ran a blocking thread per file (since limited, see
+# docs/decisions/007-lazy-frames.md, after which 10 and 1000 ms measured the same).
+# Set the variable to override.
 os.environ.setdefault("MIMALLOC_PURGE_DELAY", "1000")
 
 from dataio import batch_transforms, cond, decoders, testing, transforms
