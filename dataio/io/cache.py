@@ -11,6 +11,12 @@ written to a temporary file and renamed into place, so readers see a whole entry
 none; a footer that does not match (a truncated or corrupt file) is a miss and the
 object is fetched again. Hits do not revalidate against the origin: cache immutable
 objects. Local files are never cached.
+
+``DATAIO_CACHE_MAX_GIB`` bounds the entries' total size: once a write takes the cache
+over it, the least recently used entries (a hit refreshes an entry's modification time)
+are deleted down to 90% of the bound. The directory is scanned on the first write of a
+process and again after every sixteenth of the bound written; an object larger than the
+bound is not cached. Without the variable the cache grows without bound.
 """
 
 from __future__ import annotations
@@ -22,18 +28,21 @@ import logging
 import os
 import struct
 import tempfile
+import threading
 import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dataio.exceptions import DataioError
 from dataio.io.uri import Location
 
-__all__ = ["drop", "entry_path", "load", "load_into", "read_through", "store"]
+__all__ = ["drop", "entry_path", "load", "load_into", "read_through", "store", "trim"]
 
 log = logging.getLogger("dataio.io")
 
 ENV = "DATAIO_CACHE_DIR"
+MAX_ENV = "DATAIO_CACHE_MAX_GIB"
 _FOOTER = struct.Struct("<QI8s")  # object size, CRC-32, magic
 _MAGIC = b"dataio\x01\x00"
 _ENDPOINT_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT", "AWS_REGION", "AWS_DEFAULT_REGION")
@@ -42,6 +51,76 @@ _ENDPOINT_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT", "AWS_REGION", "AWS_DEFAULT_
 def _root() -> Path | None:
     text = os.environ.get(ENV)
     return Path(text).expanduser() / "objects-v1" if text else None
+
+
+def _limit() -> int | None:
+    """The bound on the entries' total bytes, or ``None`` for no bound."""
+    text = os.environ.get(MAX_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        gib = float(text)
+    except ValueError:
+        gib = -1.0
+    if not gib > 0 or gib == float("inf"):
+        raise DataioError(
+            f"{MAX_ENV} must be a positive number of GiB (such as 20 or 0.5), got {text!r}; "
+            "unset it for an unbounded cache"
+        )
+    return max(1, int(gib * 2**30))
+
+
+_trim_lock = threading.Lock()
+_written_since_scan: int | None = None  # None: this process has not scanned yet
+
+
+def _after_write(root: Path, size: int, limit: int) -> None:
+    """Count a new entry's bytes; trim the cache when a scan is due."""
+    global _written_since_scan
+    with _trim_lock:
+        due = _written_since_scan is None or _written_since_scan + size >= limit // 16
+        _written_since_scan = 0 if due else (_written_since_scan or 0) + size
+    if due:
+        trim(root, limit)
+
+
+def trim(root: Path, limit: int) -> int:
+    """Delete the least recently used entries under ``root`` until they total at most
+    90% of ``limit`` bytes (nothing when they already fit); returns the bytes deleted.
+
+    Entries other processes delete meanwhile are skipped; partial writes are left alone.
+    """
+    found: list[tuple[float, int, str]] = []
+    total = 0
+    for directory, _, names in os.walk(root):
+        for name in names:
+            if name.startswith(".partial-"):
+                continue
+            path = os.path.join(directory, name)
+            try:
+                info = os.stat(path)
+            except OSError:
+                continue
+            found.append((info.st_mtime, info.st_size, path))
+            total += info.st_size
+    if total <= limit:
+        return 0
+    goal, deleted = int(limit * 0.9), 0
+    for _, size, path in sorted(found):
+        if total - deleted <= goal:
+            break
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+            deleted += size
+    log.info("cache over %s bytes: deleted %s bytes of least recently used entries", limit, deleted)
+    return deleted
+
+
+def _touch(path: Path) -> None:
+    """Mark an entry used now, for least-recently-used trimming (only with a bound)."""
+    if os.environ.get(MAX_ENV):
+        with contextlib.suppress(OSError):
+            os.utime(path)
 
 
 def _partition(scheme: str) -> str | None:
@@ -73,6 +152,7 @@ def entry_path(loc: Location) -> Path | None:
     root = _root()
     if root is None or loc.scheme == "file":
         return None
+    _limit()  # a malformed bound fails every cached read, not silently
     partition = _partition(loc.scheme)
     if partition is None:
         return None
@@ -115,6 +195,7 @@ def load(path: Path) -> bytes | None:
     if len(data) != size or zlib.crc32(data) != crc:
         log.warning("cache entry %s fails its checksum; fetching the object again", path)
         return None
+    _touch(path)
     return data
 
 
@@ -140,12 +221,20 @@ def load_into(path: Path, view: memoryview) -> int | None:
     if zlib.crc32(view[:size]) != crc:
         log.warning("cache entry %s fails its checksum; fetching the object again", path)
         return None
+    _touch(path)
     return size
 
 
 def store(path: Path, data: Any) -> None:
-    """Save ``data`` (any buffer) as the entry at ``path``; failures only log."""
+    """Save ``data`` (any buffer) as the entry at ``path``; failures only log.
+
+    With ``DATAIO_CACHE_MAX_GIB`` set, an object larger than the bound is not saved and
+    the cache is trimmed when a scan is due.
+    """
     view = memoryview(data).cast("B")
+    limit = _limit()
+    if limit is not None and len(view) + _FOOTER.size > limit:
+        return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".partial-")
@@ -161,6 +250,10 @@ def store(path: Path, data: Any) -> None:
         log.warning("cannot write the cache entry %s: %s", path, exc)
         with contextlib.suppress(OSError):
             os.unlink(temp)
+        return
+    root = _root()
+    if limit is not None and root is not None:
+        _after_write(root, len(view) + _FOOTER.size, limit)
 
 
 def read_through(loc: Location, download: Callable[[], Any]) -> Any:

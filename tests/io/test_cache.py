@@ -16,7 +16,7 @@ from helpers.object_servers import RangeServer
 from helpers.stream_server import Script, StreamServer
 
 import dataio.io as dio
-from dataio.exceptions import NotFoundError
+from dataio.exceptions import DataioError, NotFoundError
 
 
 @pytest.fixture
@@ -202,3 +202,64 @@ def test_without_the_variable_nothing_is_cached(
     http_server.objects["/objects/n.bin"] = b"uncached"
     assert dio.read(f"{http}/n.bin") == dio.read(f"{http}/n.bin") == b"uncached"
     assert gets(http_server) == 2
+
+
+def test_a_bound_keeps_the_most_recently_used_entries(
+    cache_dir: Path, http: str, http_server: RangeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    size = 10_000
+    for name in "abcde":
+        http_server.objects[f"/objects/{name}.bin"] = name.encode() * size
+    # room for three entries (each object plus a 20-byte footer), not four
+    monkeypatch.setenv("DATAIO_CACHE_MAX_GIB", str(3.5 * (size + 20) / 2**30))
+    for name in "abc":
+        dio.read(f"{http}/{name}.bin")
+    assert len(entries(cache_dir)) == 3 and gets(http_server) == 3
+    assert dio.read(f"{http}/a.bin") == b"a" * size  # a hit: a is now the most recent
+    assert gets(http_server) == 3
+    dio.read(f"{http}/d.bin")  # over the bound: trimmed to 90% of it, oldest first
+    sizes = [p.stat().st_size for p in entries(cache_dir)]
+    assert sum(sizes) <= 3.5 * (size + 20) * 0.9
+    before = gets(http_server)
+    for name in "ad":  # the two most recent survived
+        assert dio.read(f"{http}/{name}.bin") == name.encode() * size
+    assert gets(http_server) == before
+    assert dio.read(f"{http}/b.bin") == b"b" * size  # b was least recently used
+    assert gets(http_server) == before + 1
+
+
+def test_an_object_larger_than_the_bound_is_not_cached(
+    cache_dir: Path, http: str, http_server: RangeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    http_server.objects["/objects/big.bin"] = bytes(50_000)
+    http_server.objects["/objects/small.bin"] = bytes(100)
+    monkeypatch.setenv("DATAIO_CACHE_MAX_GIB", str(10_000 / 2**30))
+    assert dio.read(f"{http}/big.bin") == bytes(50_000)
+    assert dio.read(f"{http}/small.bin") == bytes(100)
+    assert len(entries(cache_dir)) == 1
+    buffer = bytearray(60_000)
+    assert dio.fetch_into(f"{http}/big.bin", buffer) == 50_000
+    assert len(entries(cache_dir)) == 1 and gets(http_server) == 3
+
+
+@pytest.mark.parametrize("value", ["lots", "0", "-1", "inf"])
+def test_a_malformed_bound_is_a_clear_error(
+    cache_dir: Path, http: str, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("DATAIO_CACHE_MAX_GIB", value)
+    with pytest.raises(DataioError, match="DATAIO_CACHE_MAX_GIB must be a positive number"):
+        dio.read(f"{http}/anything.bin")
+
+
+def test_trim_leaves_partial_writes_and_fitting_caches_alone(tmp_path: Path) -> None:
+    from dataio.io.cache import trim
+
+    root = tmp_path / "objects-v1" / "p" / "ab"
+    root.mkdir(parents=True)
+    (root / ".partial-x").write_bytes(bytes(1000))
+    (root / "old").write_bytes(bytes(400))
+    os.utime(root / "old", (1, 1))
+    (root / "new").write_bytes(bytes(400))
+    assert trim(tmp_path / "objects-v1", 1000) == 0
+    assert trim(tmp_path / "objects-v1", 700) == 400
+    assert sorted(p.name for p in root.iterdir()) == [".partial-x", "new"]
