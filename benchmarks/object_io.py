@@ -3,7 +3,8 @@
 Two cases, each one pass per round over the same objects of a moto server on 127.0.0.1:
 
 * ``large``: one object (256 MiB by default) read whole into memory:
-  ``dataio.read`` (which splits it into ranged requests pinned to the ETag), the same
+  ``dataio.read`` (default plan: ranged requests pinned to the ETag, unless the first
+  chunk arrives at 400 MB/s or more, as it does on loopback), the same
   with ``readall_concurrency=1`` (one request), ``dataio.reader(uri).read_buffer()``
   (one request, the body's own buffer: no copy into Python ``bytes``),
   ``dataio.fetch_into`` a reused buffer (one request), raw
@@ -17,8 +18,8 @@ Contenders alternate round by round, so a noisy neighbour slows all of them alik
 table gives the median rate over the rounds. moto is a Python server on the same host,
 so it shares the cores with the client: the numbers compare clients under that one
 server, not S3's own throughput. moto also copies the whole object for every ranged GET
-(~0.2 s for 256 MiB even for a 1 MiB range), so the default split read pays for eight
-full-object copies here that S3 does not make.
+(~0.2 s for 256 MiB even for a 1 MiB range), which is why dataio's adaptive plan, which
+reads on in one request when the first chunk arrives fast, matters here.
 
 Targets: the no-copy read (``read_buffer``, one request: the same work as obstore's
 ``.bytes()``) within 10% of raw obstore; ``dataio.read`` (``bytes``, like boto3's

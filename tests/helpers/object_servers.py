@@ -67,6 +67,26 @@ class ObjectHandler(QuietHandler):
         headers["Content-Range"] = f"bytes {start}-{end}/{len(data)}"
         self.reply(206, data[start : end + 1], headers)
 
+    def reply(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
+        """As the base class, but a body goes out at ``server.bytes_per_sec`` at most."""
+        rate = self.server.bytes_per_sec
+        if not rate or self.command == "HEAD" or len(body) < 2:
+            super().reply(status, body, headers)
+            return
+        self.send_response(status)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        step = max(1, int(rate / 50))  # 50 slices a second
+        started = time.monotonic()
+        for sent in range(0, len(body), step):
+            self.wfile.write(body[sent : sent + step])
+            self.wfile.flush()
+            ahead = started + (sent + step) / rate - time.monotonic()
+            if ahead > 0:
+                time.sleep(ahead)
+
     def _half_then_die(self, data: bytes, headers: dict[str, str]) -> None:
         self.send_response(200)
         for k, v in headers.items():
@@ -104,6 +124,7 @@ class RangeServer(ThreadedServer):
         self.fail_next = 0
         self.stall_secs = 0.0
         self.die_mid_body = False
+        self.bytes_per_sec = 0.0  # per response; 0: as fast as the socket goes
         self.half_sent = threading.Event()
         self.killed = threading.Event()
         self.mtime = time.time()

@@ -217,3 +217,12 @@ def hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[HubServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def always_split(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large reads split into ranged requests however fast their first chunk arrived
+    (loopback servers are usually fast enough to be read on in one request)."""
+    from dataio.io import verbs
+
+    monkeypatch.setattr(verbs, "SPLIT_BELOW", float("inf"))

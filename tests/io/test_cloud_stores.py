@@ -108,6 +108,7 @@ def test_aborted_writer_leaves_no_object(cloud: Cloud) -> None:
     assert cloud.get("never.bin") is None
 
 
+@pytest.mark.usefixtures("always_split")
 def test_large_reads_split_into_pinned_ranges(cloud: Cloud) -> None:
     data = os.urandom(3 << 20)
     cloud.put("large.bin", data)

@@ -70,6 +70,7 @@ def test_large_files_follow_the_redirect_without_the_token(repo: HubServer) -> N
     assert any(_headers(r).get("range") == "bytes=1000-1299" for r in cdn)
 
 
+@pytest.mark.usefixtures("always_split")
 def test_large_reads_split_into_ranges_through_the_redirect(hub: HubServer) -> None:
     data = os.urandom(3 << 20)
     hub.repo("models", "org/model").put("weights.bin", data)

@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
+from helpers.object_servers import RangeServer
 
 import dataio.io as dio
 from dataio.exceptions import DataioError, NotFoundError, OutOfRangeError
@@ -91,6 +94,7 @@ def test_ls_and_glob(kind: str, request: pytest.FixtureRequest, tmp_path) -> Non
 
 
 @pytest.mark.parametrize("kind", ["s3", "http"])
+@pytest.mark.usefixtures("always_split")
 def test_large_reads_split_into_ranges_pinned_to_the_etag(
     kind: str, request: pytest.FixtureRequest
 ) -> None:
@@ -129,3 +133,88 @@ def test_configuration_is_validated() -> None:
         dio.configure_endpoint("s3", "127.0.0.1:9000")
     with pytest.raises(DataioError, match="needs an endpoint"):
         dio.read("r2://bucket/key")
+
+
+@pytest.mark.parametrize("kind", ["s3", "http"])
+def test_large_single_request_bodies_stream_into_the_bytes_returned(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    from dataio.io.verbs import STREAM_BYTES
+
+    base = str(request.getfixturevalue(kind))
+    scheme = base.split("://")[0]
+    big = np.random.default_rng(1).integers(0, 256, STREAM_BYTES + 12345, dtype=np.uint8)
+    data = big.tobytes()
+    uri = f"{base}/streamed.bin"
+    dio.write(uri, data)
+    dio.configure_transport(scheme, readall_concurrency=1)
+    got = dio.read(uri)
+    assert type(got) is bytes and got == data and hash(got) == hash(data)
+    assert bytes(dio.reader(uri).read_buffer()) == data
+    window = dio.read(uri, offset=1000, size=STREAM_BYTES + 5)
+    assert type(window) is bytes and window == data[1000 : 1000 + STREAM_BYTES + 5]
+    assert dio.read(uri, offset=STREAM_BYTES // 2) == data[STREAM_BYTES // 2 :]
+    buffer = np.zeros(len(data) + 7, np.uint8)
+    assert dio.fetch_into(uri, buffer) == len(data)
+    np.testing.assert_array_equal(buffer[: len(data)], big)
+
+
+def _ranged(server: RangeServer) -> list[dict[str, str]]:
+    return [h for c, _, h in server.requests if c == "GET" and ("Range" in h or "range" in h)]
+
+
+def test_a_slow_first_chunk_splits_the_rest(http: str, http_server: RangeServer) -> None:
+    data = np.random.default_rng(2).integers(0, 256, 5 << 20, dtype=np.uint8).tobytes()
+    dio.write(f"{http}/slow.bin", data)
+    dio.configure_transport("http", readall_chunk_mib=1, readall_concurrency=4)
+    http_server.requests.clear()
+    http_server.bytes_per_sec = 4e6  # one connection: 4 MB/s, far below SPLIT_BELOW
+    assert dio.read(f"{http}/slow.bin") == data
+    ranged = _ranged(http_server)
+    assert len(ranged) == 4 and all("If-Match" in h or "if-match" in h for h in ranged)
+
+
+def test_a_fast_first_chunk_reads_on_in_one_request(
+    http: str, http_server: RangeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dataio.io import verbs
+
+    monkeypatch.setattr(verbs, "SPLIT_BELOW", 1e6)  # loopback is always faster than 1 MB/s
+    data = np.random.default_rng(3).integers(0, 256, 5 << 20, dtype=np.uint8).tobytes()
+    dio.write(f"{http}/fast.bin", data)
+    dio.configure_transport("http", readall_chunk_mib=1, readall_concurrency=4)
+    http_server.requests.clear()
+    assert dio.read(f"{http}/fast.bin") == data
+    assert [c for c, _, _ in http_server.requests] == ["GET"] and not _ranged(http_server)
+
+
+class _Body:
+    """A stand-in obstore result whose body yields the given pieces."""
+
+    def __init__(self, pieces: list[bytes]) -> None:
+        self.pieces = pieces
+
+    def stream(self, min_chunk_size: int) -> list[bytes]:
+        return self.pieces
+
+
+def _pieces_of(body: _Body) -> Any:
+    from dataio.io.verbs import _pieces
+
+    return _pieces(body)
+
+
+def test_a_body_shorter_than_announced_is_an_error_not_garbage() -> None:
+    from dataio.io.verbs import _stream
+
+    seen: list[tuple[int, bytes]] = []
+    with pytest.raises(ConnectionError, match="unexpected end of body after 6 of 10"):
+        _stream(_pieces_of(_Body([b"abc", b"def"])), lambda at, p: seen.append((at, p)), 100, 10)
+    assert seen == [(100, b"abc"), (103, b"def")]
+    # with a stop, the pieces up to the one that reaches it are handed over
+    seen.clear()
+    pieces = _pieces_of(_Body([b"abc", b"def", b"ghi"]))
+    assert _stream(pieces, lambda at, p: seen.append((at, p)), 0, 9, stop=4) == 6
+    assert seen == [(0, b"abc"), (3, b"def")]
+    assert _stream(pieces, lambda at, p: seen.append((at, p)), 6, 3) == 3  # reads on
+    assert seen[-1] == (6, b"ghi")

@@ -72,6 +72,7 @@ def test_deleted_objects_leave_the_listing(webdav: str) -> None:
     assert dio.ls(f"{webdav}/d/") == [f"{webdav}/d/b.bin"]
 
 
+@pytest.mark.usefixtures("always_split")
 def test_large_reads_split_into_ranges(webdav: str) -> None:
     dio.configure_transport("http", readall_chunk_mib=1, readall_concurrency=4)
     data = os.urandom(3 << 20)
