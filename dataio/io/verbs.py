@@ -15,10 +15,16 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, overload
 
 from dataio.exceptions import DataioError, NotFoundError, OutOfRangeError
-from dataio.io import _bytes, cache
+from dataio.io import cache
 from dataio.io.config import redact, store_for, transport_for
 from dataio.io.errors import call
 from dataio.io.uri import Location, parse, require_writable
+
+_bytes: Any
+try:  # the compiled helper; without it large bodies arrive in pieces and are joined
+    from dataio.io import _bytes
+except ImportError:  # pragma: no cover - built with the package
+    _bytes = None
 
 __all__ = ["delete", "exists", "fetch_into", "fetch_whole", "glob", "head", "ls", "read", "write"]
 
@@ -157,7 +163,7 @@ def _download(loc: Location, uri: URI, *, offset: int = 0, size: int | None = No
     pieces: dict[int, Any] = {}
 
     def expect(total: int) -> None:
-        if total >= STREAM_BYTES:
+        if total >= STREAM_BYTES and _bytes is not None:
             target.extend(_bytes.blank(total))
 
     def sink(at: int, piece: Any) -> None:

@@ -218,3 +218,16 @@ def test_a_body_shorter_than_announced_is_an_error_not_garbage() -> None:
     assert seen == [(0, b"abc"), (3, b"def")]
     assert _stream(pieces, lambda at, p: seen.append((at, p)), 6, 3) == 3  # reads on
     assert seen[-1] == (6, b"ghi")
+
+
+def test_without_the_bytes_helper_large_bodies_are_joined(
+    http: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dataio.io import verbs
+
+    monkeypatch.setattr(verbs, "_bytes", None)
+    data = np.random.default_rng(4).integers(0, 256, verbs.STREAM_BYTES + 999, np.uint8)
+    dio.write(f"{http}/joined.bin", data.tobytes())
+    dio.configure_transport("http", readall_concurrency=1)
+    got = dio.read(f"{http}/joined.bin")
+    assert type(got) is bytes and got == data.tobytes()
