@@ -807,7 +807,7 @@ def _chain_batches(
     if not parallel or len(units) == 1:
         yield from sequential()
         return
-    remote = isinstance(source, Scan) and any(is_remote(f) for f in source.files)
+    remote = _reads_remote(source)
     ctx = scan_session(workers(), ordered=True, remote=remote)
     listing = _listing(source) if isinstance(source, Scan) and hint is None else None
     if listing is not None:

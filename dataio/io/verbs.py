@@ -158,7 +158,7 @@ def fetch_whole(loc: Location, uri: URI) -> Any:
 def _download(loc: Location, uri: URI, *, offset: int = 0, size: int | None = None) -> Any:
     """The object (or a range) from its server: for a small body, the buffer it arrived
     in; for a large one, a ``bytes`` its pieces were streamed into (no other full-size
-    buffer is made)."""
+    buffer is made; without the compiled helper the pieces are joined)."""
     target: list[Any] = []  # the bytes and a writable view of it, for a streamed body
     pieces: dict[int, Any] = {}
 
