@@ -8,8 +8,8 @@
  * (jpeg_skip_scanlines) and stop after its last row, so decoding the region costs
  * measurably less than decoding the image and slicing (~20% here).
  *
- * Column cropping starts at an iMCU boundary, so the region handed back may be wider
- * than asked; its first and last columns can differ from a full decode (smooth chroma
+ * Column cropping and row skipping start at an iMCU boundary, so the region handed
+ * back may be wider and taller than asked; its first and last columns can differ from a full decode (smooth chroma
  * upsampling there has no neighbour), so callers ask for one pixel of margin more than
  * they use. Rows are exact. Warnings (corrupt or truncated data) are errors, as in a
  * strict decode. The GIL is released while libjpeg works, except for the one moment the
@@ -62,7 +62,8 @@ PyDoc_STRVAR(decode_region_doc,
 "Decode the region [x0, x1) x [y0, y1) (in pixels of the image decoded at 1/denom)\n"
 "of a JPEG. Returns (pixels, x, y, width, height): pixels is a bytearray of\n"
 "height x width x channels uint8 values covering the decoded region whose top-left\n"
-"pixel is (x, y); the region holds the one asked for and may be wider. Returns None\n"
+"pixel is (x, y); the region holds the one asked for and may be wider or start\n"
+"higher (columns and rows are widened to iMCU boundaries). Returns None\n"
 "for color spaces libjpeg cannot convert to the asked channels (CMYK, YCCK).\n"
 "Raises ValueError on corrupt or truncated data.");
 
@@ -123,7 +124,17 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
             if (width < cinfo.output_width) {
                 jpeg_crop_scanline(&cinfo, &left, &width);
             }
-            top = y0;
+            /* Skip whole iMCU rows only: libjpeg-turbo's jpeg_skip_scanlines() can hand
+               back rows from before the skip when it stops inside a row group with
+               merged (fast) upsampling (libjpeg-turbo issue 915); the few rows between
+               the boundary and y0 are decoded and returned. */
+#if JPEG_LIB_VERSION >= 70
+            int imcu_rows = cinfo.max_v_samp_factor * cinfo.min_DCT_v_scaled_size;
+#else
+            int imcu_rows = cinfo.max_v_samp_factor * cinfo.min_DCT_scaled_size;
+#endif
+            if (imcu_rows < 1) imcu_rows = 1;
+            top = y0 / imcu_rows * imcu_rows;
             bottom = y1;
             size_t row_bytes = (size_t)width * (size_t)channels;
             size_t total = row_bytes * (size_t)(bottom - top);

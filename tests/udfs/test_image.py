@@ -805,20 +805,31 @@ def test_crop_larger_than_the_image_raises(
 
 
 @settings(max_examples=150, deadline=None, database=None)
-@given(data=st.data())
+@given(
+    name=st.sampled_from(["bmp", "gif", "jpeg", "png", "progressive-jpeg", "tiff", "webp"]),
+    keep=st.none() | st.floats(0, 1),
+    flips=st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.integers(0, 255)), max_size=4),
+    modes=st.lists(st.sampled_from(["rgb", "gray", "rgba"]), min_size=4, max_size=4),
+)
 def test_damaged_images_decode_or_raise_decode_error(
-    small_blobs: dict[str, bytes], data: st.DataObject
+    small_blobs: dict[str, bytes],
+    name: str,
+    keep: float | None,
+    flips: list[tuple[float, int]],
+    modes: list[str],
 ) -> None:
-    blob = bytearray(small_blobs[data.draw(st.sampled_from(sorted(small_blobs)))])
-    if data.draw(st.booleans()):
-        del blob[data.draw(st.integers(0, len(blob))) :]
-    for _ in range(data.draw(st.integers(0, 4))):
+    # Every draw happens up front, none bounded by a blob's length: with draws made while
+    # the test ran (st.data()), hypothesis reported its data generation as inconsistent
+    # in about one run in twelve, seed 1 every time, before and without any decoder change.
+    blob = bytearray(small_blobs[name])
+    if keep is not None:
+        del blob[int(keep * len(blob)) :]
+    for where, value in flips:
         if blob:
-            blob[data.draw(st.integers(0, len(blob) - 1))] = data.draw(st.integers(0, 255))
-    for ops in SMALL_GEOMETRIES:
-        spec = chain(*ops, mode=data.draw(st.sampled_from(["rgb", "gray", "rgba"])))
+            blob[int(where * len(blob))] = value
+    for ops, mode in zip(SMALL_GEOMETRIES, modes, strict=True):
         try:
-            out = run(bytes(blob), spec)
+            out = run(bytes(blob), chain(*ops, mode=mode))
         except DecodeError:
             continue
         assert out.dtype == np.uint8 and out.ndim == 3
