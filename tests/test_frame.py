@@ -390,6 +390,33 @@ def test_bad_input_is_a_clear_dataio_error(data, tmp_path: Path) -> None:
         scan_parquet("ftp://host/x.parquet")
 
 
+def test_remembered_step_checks_stay_exact(data) -> None:
+    """Frame methods remember the schema a step gives over an input schema; what they
+    remember never hides an error or carries a type over to another input."""
+    f = frame(data)
+    for _ in range(2):  # the second build finds the first one's checks
+        assert f.filter(col("id") > 3).select("id", "name").schema == pa.schema(
+            [("id", pa.int64()), ("name", pa.string())]
+        )
+        with pytest.raises(QueryError, match="'nope' not found"):
+            f.select("id", "nope")
+        with pytest.raises(QueryError, match=r"cannot compare col\('id'\) \(int64\) with 'abc'"):
+            f.filter(col("id") > "abc")
+    # the same step text over other inputs: literals and column types are part of it
+    assert (
+        f.filter(col("id") > 3.5).collect_arrow().num_rows
+        == pc.sum(pc.greater(data["whole"]["id"], 3.5)).as_py()
+    )
+    renamed = f.select(col("name").alias("id"))
+    assert renamed.select("id").schema == pa.schema([("id", pa.string())])
+    with pytest.raises(QueryError, match=r"cannot compare col\('id'\) \(string\) with 3"):
+        renamed.filter(col("id") > 3)
+    table = pa.table({"id": pa.array([1.5, 4.5]), "name": ["a", "b"]})
+    floats = sql("SELECT * FROM t", t=table)
+    assert floats.filter(col("id") > 3).select("id").schema == pa.schema([("id", pa.float64())])
+    assert floats.filter(col("id") > 3).select("id").collect_arrow()["id"].to_pylist() == [4.5]
+
+
 # -- Feather and eager readers ------------------------------------------------------------
 
 
