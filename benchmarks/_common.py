@@ -212,13 +212,17 @@ class Contender:
         return f"{compact(slow)}..{compact(fast)}"
 
 
-def interleave(contenders: Sequence[Contender], rounds: int, *, unit: str = "items") -> None:
-    """Warm every contender up once, then run ``rounds`` rounds, rotating the order.
+def interleave(
+    contenders: Sequence[Contender], rounds: int, *, unit: str = "items", warmup: int = 1
+) -> None:
+    """Warm every contender up (``warmup`` passes each, taking turns), then run ``rounds``
+    rounds, rotating the order.
 
     Contenders alternate round by round, so load that comes and goes slows all alike.
     """
-    for contender in contenders:
-        contender.measure(record=False)
+    for _ in range(warmup):
+        for contender in contenders:
+            contender.measure(record=False)
     for r in range(rounds):
         shift = r % len(contenders)
         for contender in [*contenders[shift:], *contenders[:shift]]:
