@@ -758,8 +758,8 @@ def _step_schema(node: Node, before: Any) -> Any:
     again, as a notebook cell or a training epoch does, is checked in microseconds
     instead of ~1 ms of DataFusion planning.
     """
-    label = "" if isinstance(node, Scan | Memory) else node.label()
-    key = (type(node).__name__, label, before.serialize().to_pybytes())
+    source = isinstance(node, Scan | Memory)
+    key = (type(node).__name__, "" if source else node.label(), before.serialize().to_pybytes())
     with _step_lock:
         schema = _STEP_SCHEMAS.get(key)
         if schema is not None:
@@ -767,7 +767,7 @@ def _step_schema(node: Node, before: Any) -> Any:
             return schema
     ctx = scan_session(1)
     df = ctx.from_arrow(_empty(before))
-    schema = _checked_schema(node, df if label == "" else _apply(node, df, ctx, "schema"))
+    schema = _checked_schema(node, df if source else _apply(node, df, ctx, "schema"))
     with _step_lock:
         _STEP_SCHEMAS[key] = schema
         while len(_STEP_SCHEMAS) > _STEP_SCHEMAS_MAX:
