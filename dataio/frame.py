@@ -68,7 +68,7 @@ EXTENSIONS: dict[str, tuple[str, ...]] = {
     "json": (".jsonl", ".ndjson", ".json"),
     "tfrecord": (".tfrecord", ".tfrecords", ".tfr"),
 }
-JOINS = ("inner", "left", "full", "semi", "anti")
+JOINS = ("inner", "left", "right", "full", "semi", "anti")
 
 
 class LazyFrame(Source):
@@ -204,7 +204,7 @@ class LazyFrame(Source):
         *,
         left_on: str | Sequence[str] | None = None,
         right_on: str | Sequence[str] | None = None,
-        how: Literal["inner", "left", "full", "semi", "anti"] = "inner",
+        how: Literal["inner", "left", "right", "full", "semi", "anti"] = "inner",
         suffix: str = "_right",
     ) -> LazyFrame:
         """Join with another frame on key columns.

@@ -191,11 +191,12 @@ def test_join_and_group_by_match_polars(data) -> None:
     )
     right = sql("SELECT * FROM t", t=names)
     f, p = frame(data).select("id", "label", "name"), lazy(data).select("id", "label", "name")
-    for how in ("inner", "left", "semi", "anti"):
+    for how in ("inner", "left", "right", "full", "semi", "anti"):
+        # keys named alike appear once: polars' coalesce=True (its default but for full)
         same(
             f.join(right, on="label", how=how).collect_arrow(),
-            p.join(pl.from_arrow(names).lazy(), on="label", how=how).collect(),
-            sort=["id"],
+            p.join(pl.from_arrow(names).lazy(), on="label", how=how, coalesce=True).collect(),
+            sort=["id", "label"],
         )
     same(
         frame(data).group_by("label").agg(

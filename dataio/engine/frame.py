@@ -686,6 +686,13 @@ def _join(node: Join, ctx: Any, mode: Mode) -> Any:
             return joined
         from datafusion import functions as f
 
+        if node.how == "right":  # as polars: left's other columns, then all of right's
+            out = [_column(n) for n in left_names if n not in shared]
+            out += [
+                _column(renames[n]).alias(n) if n in shared else _column(renames.get(n, n))
+                for n in right_names
+            ]
+            return joined.select(*out)
         out = [
             f.coalesce(_column(n), _column(renames[n])).alias(n)
             if n in shared and node.how == "full"
