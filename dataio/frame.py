@@ -66,7 +66,7 @@ EXTENSIONS: dict[str, tuple[str, ...]] = {
     "feather": (".arrow", ".feather", ".ipc", ".arrows"),
     "csv": (".csv", ".tsv"),
     "json": (".jsonl", ".ndjson", ".json"),
-    "tfrecord": (".tfrecord", ".tfrecords", ".tfr"),
+    "tfrecord": (".tfrecord", ".tfrecords", ".tfr", ".tfrecord.gz", ".tfrecords.gz", ".tfr.gz"),
 }
 JOINS = ("inner", "left", "right", "full", "semi", "anti")
 
@@ -467,16 +467,25 @@ def scan_json(path: PathSpec) -> LazyFrame:
     return scan(path, format="json")
 
 
-def scan_tfrecord(path: PathSpec, *, schema: pa.Schema | None = None) -> LazyFrame:
+def scan_tfrecord(
+    path: PathSpec, *, schema: pa.Schema | None = None, compression: str | None = None
+) -> LazyFrame:
     """A lazy scan of TFRecord files of ``tf.train.Example`` (checksums verified).
 
     Without ``schema``, features with one value in each of the first records become
     scalar columns (``binary``, ``float32``, ``int64``) and others list columns.
+    ``compression``: ``"gzip"``/``"zlib"`` (TensorFlow's ``GZIP``/``ZLIB`` files),
+    ``"none"``, or ``None`` to tell each file's from its first bytes.
 
     Example:
-        >>> dataio.scan_tfrecord("/data/train.tfrecord").filter("label < 10")  # doctest: +SKIP
+        >>> dataio.scan_tfrecord("/data/train.tfrecord.gz").filter("label < 10")  # doctest: +SKIP
     """
-    options = {} if schema is None else {"schema": schema}
+    from dataio.formats.tfrecord import compression_option
+
+    options: dict[str, Any] = {} if schema is None else {"schema": schema}
+    kind = compression_option(compression)
+    if kind is not None:
+        options["compression"] = kind
     return scan(path, format="tfrecord", **options)
 
 

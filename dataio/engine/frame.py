@@ -285,7 +285,7 @@ def _read(
     if fmt == "tfrecord":
         from dataio.formats.tfrecord import read_table
 
-        return ctx.from_arrow(read_table(path, schema))
+        return ctx.from_arrow(read_table(path, schema, options.get("compression")))
     raise DataioError(f"unknown scan format {fmt!r}")  # pragma: no cover
 
 
@@ -349,7 +349,7 @@ def _scan_schema(fmt: str, path: str, options: dict[str, Any]) -> Any:
     if fmt == "tfrecord":
         from dataio.formats.tfrecord import infer_schema
 
-        return options.get("schema") or infer_schema(path)
+        return options.get("schema") or infer_schema(path, options.get("compression"))
     if fmt == "feather" and not is_remote(path):
         import pyarrow as pa
 

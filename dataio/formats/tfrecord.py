@@ -8,21 +8,29 @@ A TFRecord file is a sequence of records, each::
 name to a ``BytesList``, ``FloatList`` or ``Int64List``. Both checksums are verified; a
 mismatch or a truncated record raises :class:`~dataio.FormatError` naming the file, the
 record number and its byte offset.
+
+A whole file may be compressed, as TensorFlow's ``GZIP`` and ``ZLIB`` options write it:
+the records above as one gzip or zlib stream. Offsets then count decompressed bytes.
 """
 
 from __future__ import annotations
 
+import gzip
 import io
 import os
 import struct
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from dataio.exceptions import FormatError, NotFoundError
+from dataio.exceptions import FormatError, NotFoundError, PlanError
 
 __all__ = [
+    "COMPRESSIONS",
+    "compression_of",
+    "compression_option",
     "crc32c",
     "infer_schema",
     "iter_tfrecord",
@@ -107,8 +115,69 @@ def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
 # -- records -------------------------------------------------------------------------------
 
 
-def _records(path: str, verify: bool) -> Iterator[tuple[int, int, bytes]]:
-    """``(record number, byte offset, data)`` for each record of a file."""
+COMPRESSIONS = ("none", "gzip", "zlib")
+_STREAM_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
+
+
+def compression_of(head: bytes) -> str:
+    """The compression a file's first bytes show: ``"none"`` when they start a record
+    (its length checksum holds), else ``"gzip"`` or ``"zlib"`` by their headers."""
+    if len(head) >= 12 and masked_crc32c(head[:8]) == struct.unpack("<I", head[8:12])[0]:
+        return "none"
+    if head[:2] == b"\x1f\x8b":
+        return "gzip"
+    if (
+        len(head) >= 2
+        and head[0] & 0x0F == 8
+        and head[0] >> 4 <= 7
+        and (head[0] << 8 | head[1]) % 31 == 0
+    ):
+        return "zlib"
+    return "none"  # not a stream either: the record checks below say what is wrong
+
+
+def compression_option(value: str | None) -> str | None:
+    """``value`` as one of :data:`COMPRESSIONS` (``None``: detect); TensorFlow's names too."""
+    if value is None:
+        return None
+    lowered = value.lower() or "none"
+    if lowered not in COMPRESSIONS:
+        raise PlanError(
+            f"TFRecord compression must be None (detect), {', '.join(map(repr, COMPRESSIONS))} "
+            f"(TensorFlow's '', 'GZIP', 'ZLIB'), got {value!r}"
+        )
+    return lowered
+
+
+class _ZlibReader(io.RawIOBase):
+    """A zlib stream, decompressed as it is read."""
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+        self._inflate = zlib.decompressobj()
+        self._pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        while True:
+            if self._pending:
+                n = min(len(view), len(self._pending))
+                view[:n] = self._pending[:n]
+                self._pending = self._pending[n:]
+                return n
+            if self._inflate.eof:
+                return 0
+            chunk = self._inflate.unconsumed_tail or self._raw.read(1 << 16)
+            if not chunk:
+                raise EOFError("the zlib stream ended before its end marker")
+            self._pending = self._inflate.decompress(chunk, 1 << 20)
+
+
+def _open(path: str, kind: str | None) -> tuple[Any, str]:
+    """The file's bytes as a binary reader, and its compression (``kind``, or detected)."""
     handle: Any
     if "://" in path and not path.startswith("file://"):
         from dataio.io.read import read_bytes
@@ -116,27 +185,52 @@ def _records(path: str, verify: bool) -> Iterator[tuple[int, int, bytes]]:
         handle = io.BytesIO(read_bytes(path))  # NotFoundError names the URI
     else:
         try:
-            handle = open(path, "rb")  # noqa: SIM115 - closed in the finally below
+            handle = open(path, "rb")  # noqa: SIM115 - the caller closes it
         except FileNotFoundError:
             raise NotFoundError(f"no such TFRecord file {path!r}") from None
+    if kind is None:
+        kind = compression_of(handle.read(12))
+        handle.seek(0)
+    return handle, kind
+
+
+def _records(
+    path: str, verify: bool, compression: str | None = None
+) -> Iterator[tuple[int, int, bytes]]:
+    """``(record number, byte offset, data)`` for each record of a file."""
+    raw, kind = _open(path, compression_option(compression))
+    handle: Any = raw
+    if kind == "gzip":
+        handle = gzip.GzipFile(fileobj=raw, mode="rb")
+    elif kind == "zlib":
+        handle = io.BufferedReader(_ZlibReader(raw))
+    offset = 0
+    number = 0
+
+    def read(n: int, where: str) -> bytes:
+        try:
+            return bytes(handle.read(n))
+        except _STREAM_ERRORS as exc:
+            raise FormatError(
+                f"{where} (decompressed): the {kind} stream is corrupt or truncated: {exc}"
+            ) from None
+
     try:
-        offset = 0
-        number = 0
         while True:
-            header = handle.read(12)
+            where = f"{path!r}: record {number} at byte offset {offset}"
+            header = read(12, where)
             if not header:
                 return
-            where = f"{path!r}: record {number} at byte offset {offset}"
             if len(header) < 12:
                 raise FormatError(f"{where}: truncated header ({len(header)} of 12 bytes)")
             (length,) = struct.unpack("<Q", header[:8])
             (length_crc,) = struct.unpack("<I", header[8:])
             if verify and masked_crc32c(header[:8]) != length_crc:
                 raise FormatError(f"{where}: length checksum mismatch (corrupt length field)")
-            data = handle.read(length)
+            data = read(length, where)
             if len(data) < length:
                 raise FormatError(f"{where}: truncated data ({len(data)} of {length} bytes)")
-            footer = handle.read(4)
+            footer = read(4, where)
             if len(footer) < 4:
                 raise FormatError(f"{where}: truncated data checksum")
             if verify and masked_crc32c(data) != struct.unpack("<I", footer)[0]:
@@ -146,28 +240,36 @@ def _records(path: str, verify: bool) -> Iterator[tuple[int, int, bytes]]:
             number += 1
     finally:
         handle.close()
+        raw.close()
 
 
 def iter_tfrecord(
-    path: str | os.PathLike[str], *, raw: bool = False, verify: bool = True
+    path: str | os.PathLike[str],
+    *,
+    raw: bool = False,
+    verify: bool = True,
+    compression: str | None = None,
 ) -> Iterator[Any]:
     """Read a TFRecord file: each ``tf.train.Example`` as a dict, checksums verified.
 
     A feature becomes a ``list[bytes]`` (``BytesList``), a ``float32`` array
     (``FloatList``) or an ``int64`` array (``Int64List``). ``raw=True`` yields each
-    record's bytes unparsed (for other message types).
+    record's bytes unparsed (for other message types). ``compression``: ``"gzip"`` or
+    ``"zlib"`` for files TensorFlow wrote with those options, ``"none"``, or ``None`` to
+    tell from the file's first bytes.
 
     Raises:
         NotFoundError: the file does not exist.
-        FormatError: a record is truncated, fails its checksum or is not an Example;
-            the message names the file, the record number and its byte offset.
+        FormatError: a record is truncated, fails its checksum or is not an Example, or
+            the compressed stream is damaged; the message names the file, the record
+            number and its byte offset (in decompressed bytes for compressed files).
 
     Example:
         >>> for example in dataio.iter_tfrecord("/data/train.tfrecord"):  # doctest: +SKIP
         ...     label = example["label"][0]
     """
     text = os.fspath(path)
-    for number, offset, data in _records(text, verify):
+    for number, offset, data in _records(text, verify, compression):
         if raw:
             yield data
             continue
@@ -324,7 +426,7 @@ def _arrow_type(kind: str, scalar: bool) -> Any:
     return base if scalar else pa.list_(base)
 
 
-def infer_schema(path: str) -> Any:
+def infer_schema(path: str, compression: str | None = None) -> Any:
     """The Arrow schema of a file's Examples, from its first records.
 
     A feature with exactly one value in every sampled record becomes a scalar column
@@ -334,7 +436,7 @@ def infer_schema(path: str) -> Any:
 
     kinds: dict[str, str] = {}
     scalar: dict[str, bool] = {}
-    for number, example in enumerate(iter_tfrecord(path)):
+    for number, example in enumerate(iter_tfrecord(path, compression=compression)):
         for name, value in example.items():
             kind = _kind(value) if len(value) else kinds.get(name, "bytes")
             if name in kinds and len(value) and kinds[name] != kind:
@@ -346,12 +448,12 @@ def infer_schema(path: str) -> Any:
     return pa.schema([pa.field(n, _arrow_type(kinds[n], scalar[n])) for n in kinds])
 
 
-def read_table(path: str, schema: Any) -> Any:
+def read_table(path: str, schema: Any, compression: str | None = None) -> Any:
     """All Examples of a file as a ``pyarrow.Table`` with ``schema`` (missing: null)."""
     import pyarrow as pa
 
     columns: dict[str, list[Any]] = {name: [] for name in schema.names}
-    for number, offset, data in _records(path, True):
+    for number, offset, data in _records(path, True, compression):
         try:
             example = parse_example(data)
         except FormatError as exc:

@@ -7,7 +7,9 @@ messages encoded field by field — with the ``crc32c`` package as the checksum 
 
 from __future__ import annotations
 
+import gzip
 import struct
+import zlib
 from pathlib import Path
 
 import crc32c as crc_oracle
@@ -17,9 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataio.exceptions import FormatError, NotFoundError
+from dataio.exceptions import FormatError, NotFoundError, PlanError
 from dataio.expr import col
-from dataio.formats.tfrecord import crc32c, iter_tfrecord, masked_crc32c
+from dataio.formats.tfrecord import compression_of, crc32c, iter_tfrecord, masked_crc32c
 from dataio.frame import scan_tfrecord
 
 # -- an independent encoder -----------------------------------------------------------------
@@ -200,3 +202,73 @@ def test_a_scalar_feature_with_more_values_later_needs_a_schema(tmp_path: Path) 
     schema = pa.schema([("x", pa.list_(pa.int64()))])
     got = scan_tfrecord(path, schema=schema).collect()
     assert got[-1] == {"x": [1, 2]} and got[0] == {"x": [0]}
+
+
+# -- compressed files (TensorFlow's GZIP / ZLIB options) --------------------------------------
+
+
+def framed(records: list[bytes]) -> bytes:
+    return b"".join(frame_record(r) for r in records)
+
+
+@pytest.mark.parametrize("kind", ["gzip", "zlib"])
+@pytest.mark.parametrize("given", [None, "explicit", "tensorflow"])
+def test_compressed_files_read_back_exactly(tmp_path: Path, kind: str, given: str | None) -> None:
+    records = [example(r) for r in rows(40)]
+    body = framed(records)
+    packed = gzip.compress(body) if kind == "gzip" else zlib.compress(body, 9)
+    path = tmp_path / f"train.tfrecord{'.gz' if kind == 'gzip' else ''}"
+    path.write_bytes(packed)
+    option = {None: None, "explicit": kind, "tensorflow": kind.upper()}[given]
+    assert list(iter_tfrecord(path, raw=True, compression=option)) == records
+    got = list(iter_tfrecord(path, compression=option))
+    assert [g["label"].tolist() for g in got] == [r["label"][1] for r in rows(40)]
+    assert compression_of(packed[:12]) == kind
+
+
+def test_scans_mix_compressed_and_plain_files(tmp_path: Path) -> None:
+    written = rows(12)
+    records = [example(r) for r in written]
+    # two gzip members in one file are one stream (as `cat a.gz b.gz` makes)
+    (tmp_path / "a.tfrecord.gz").write_bytes(
+        gzip.compress(framed(records[:3])) + gzip.compress(framed(records[3:6]))
+    )
+    (tmp_path / "b.tfrecord").write_bytes(framed(records[6:9]))
+    (tmp_path / "c.tfrecord").write_bytes(zlib.compress(framed(records[9:])))
+    frame = scan_tfrecord(tmp_path)
+    assert frame.select("label").collect() == [{"label": r["label"][1][0]} for r in written]
+    assert "compression" not in repr(frame)
+    explicit = scan_tfrecord(tmp_path / "a.tfrecord.gz", compression="GZIP")
+    assert "compression='gzip'" in explicit.explain()
+    assert explicit.select("label").collect_arrow().num_rows == 6
+
+
+def test_a_raw_file_that_starts_like_gzip_is_read_raw() -> None:
+    # a record of 0x8b1f bytes: its length field starts with gzip's magic 1f 8b
+    record = b"\x0a" + b"x" * (0x8B1F - 1)
+    body = frame_record(record)
+    assert body[:2] == b"\x1f\x8b"
+    assert compression_of(body[:12]) == "none"
+    assert compression_of(b"\x1f\x8b\x08\x00" + bytes(8)) == "gzip"
+    assert compression_of(b"") == "none"
+
+
+def test_damaged_compressed_files_are_reported(tmp_path: Path) -> None:
+    records = [example(r) for r in rows(30)]
+    packed = gzip.compress(framed(records))
+    cut = tmp_path / "cut.tfrecord.gz"
+    cut.write_bytes(packed[: len(packed) // 2])
+    with pytest.raises(FormatError, match=r"cut\.tfrecord\.gz.*gzip stream is corrupt or trunc"):
+        list(iter_tfrecord(cut))
+    flipped = bytearray(zlib.compress(framed(records)))
+    flipped[len(flipped) // 2] ^= 0x55
+    bad = tmp_path / "bad.tfrecord"
+    bad.write_bytes(bytes(flipped))
+    with pytest.raises(FormatError, match=r"bad\.tfrecord.*record \d+ at byte offset \d+"):
+        list(iter_tfrecord(bad, compression="zlib"))
+    with pytest.raises(FormatError, match="length checksum mismatch"):
+        list(iter_tfrecord(cut, compression="none"))
+    with pytest.raises(PlanError, match="compression must be"):
+        list(iter_tfrecord(cut, compression="snappy"))
+    with pytest.raises(PlanError, match="compression must be"):
+        scan_tfrecord(cut, compression="lz4")
