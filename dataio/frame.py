@@ -423,6 +423,10 @@ def scan(path: PathSpec, *, format: Format | None = None, **options: Any) -> Laz
     fmt = format or _format_of(items[0], listings)
     if fmt not in EXTENSIONS:
         raise PlanError(f"scan format must be one of {list(EXTENSIONS)}, got {fmt!r}")
+    if fmt == "tfrecord" and options.get("compression") is not None:
+        from dataio.formats.tfrecord import compression_option
+
+        options["compression"] = compression_option(options["compression"])
     files = _resolve(items, fmt, listings)
     from dataio.engine.frame import scan_schema
 
@@ -480,12 +484,9 @@ def scan_tfrecord(
     Example:
         >>> dataio.scan_tfrecord("/data/train.tfrecord.gz").filter("label < 10")  # doctest: +SKIP
     """
-    from dataio.formats.tfrecord import compression_option
-
     options: dict[str, Any] = {} if schema is None else {"schema": schema}
-    kind = compression_option(compression)
-    if kind is not None:
-        options["compression"] = kind
+    if compression is not None:
+        options["compression"] = compression
     return scan(path, format="tfrecord", **options)
 
 

@@ -416,6 +416,19 @@ def test_remembered_step_checks_stay_exact(data) -> None:
     floats = sql("SELECT * FROM t", t=table)
     assert floats.filter(col("id") > 3).select("id").schema == pa.schema([("id", pa.float64())])
     assert floats.filter(col("id") > 3).select("id").collect_arrow()["id"].to_pylist() == [4.5]
+    # steps whose labels read alike are still told apart
+    assert f.select(col("id").cast(pa.int32()).alias("id")).schema.field("id").type == pa.int32()
+    with pytest.raises(QueryError, match="DataType"):
+        f.select(col("id").cast("int32").alias("id"))  # type: ignore[arg-type]
+    assert f.filter("(1 == '1')").collect_arrow().num_rows == data["whole"].num_rows
+    with pytest.raises(QueryError, match=r"cannot compare 1 \(int64\) with '1'"):
+        f.filter(lit(1) == "1")
+    plain = pa.struct([pa.field("a", pa.int64())])
+    tagged = pa.struct([pa.field("a", pa.int64(), metadata={"unit": "px"})])
+    structs = sql("SELECT named_struct('a', id) AS s FROM t", t=f)
+    for kind in (plain, tagged, plain):
+        got = structs.select(col("s").cast(kind).alias("s")).collect_arrow()
+        assert got.schema.field("s").type.field(0).metadata == kind.field(0).metadata
 
 
 # -- Feather and eager readers ------------------------------------------------------------

@@ -726,7 +726,7 @@ def _sql(node: Sql, ctx: Any, mode: Mode) -> Any:
 
 _SCHEMAS: weakref.WeakKeyDictionary[Node, Any] = weakref.WeakKeyDictionary()
 _ONE_STEP = (Filter, PyFilter, Select, WithColumns, Sort, Limit, Aggregate)
-_STEP_SCHEMAS: OrderedDict[tuple[str, str, bytes], Any] = OrderedDict()
+_STEP_SCHEMAS: OrderedDict[tuple[str, Any, bytes], Any] = OrderedDict()
 _STEP_SCHEMAS_MAX = 512
 _step_lock = threading.Lock()
 
@@ -766,7 +766,11 @@ def _step_schema(node: Node, before: Any) -> Any:
     instead of ~1 ms of DataFusion planning.
     """
     source = isinstance(node, Scan | Memory)
-    key = (type(node).__name__, "" if source else node.label(), before.serialize().to_pybytes())
+    step = () if source else _step_key(node)
+    if step is None:  # a step that cannot be told apart by value: check it every time
+        ctx = scan_session(1)
+        return _checked_schema(node, _apply(node, ctx.from_arrow(_empty(before)), ctx, "schema"))
+    key = (type(node).__name__, step, before.serialize().to_pybytes())
     with _step_lock:
         schema = _STEP_SCHEMAS.get(key)
         if schema is not None:
@@ -780,6 +784,45 @@ def _step_schema(node: Node, before: Any) -> Any:
         while len(_STEP_SCHEMAS) > _STEP_SCHEMAS_MAX:
             _STEP_SCHEMAS.popitem(last=False)
     return schema
+
+
+class _NoKey(Exception):
+    """A step holds a value that :func:`_value_key` cannot stand for exactly."""
+
+
+def _step_key(node: Node) -> Any:
+    """What defines one step, by value and with types (``None``: no exact key).
+
+    Not its label: labels are for people, and two steps can read alike (a dtype and its
+    name, a SQL string and an expression, ``-lit(x)`` and ``lit(-x)``, struct types that
+    differ only in field metadata).
+    """
+    from dataclasses import fields, is_dataclass
+
+    if not is_dataclass(node):  # pragma: no cover - every plan node is a dataclass
+        return None
+    try:
+        return tuple(
+            (f.name, _value_key(getattr(node, f.name))) for f in fields(node) if f.name != "input"
+        )
+    except _NoKey:
+        return None
+
+
+def _value_key(value: Any) -> Any:
+    import pyarrow as pa
+
+    if isinstance(value, Expr):
+        return ("expr", value.op, tuple(_value_key(a) for a in value.args))
+    if isinstance(value, tuple | list):
+        return ("seq", tuple(_value_key(v) for v in value))
+    if isinstance(value, pa.DataType):
+        return ("dtype", pa.schema([pa.field("t", value)]).serialize().to_pybytes())
+    if value is None or isinstance(value, bool | int | str | bytes):
+        return (type(value).__name__, value)
+    if isinstance(value, float):
+        return ("float", repr(value))  # keeps -0.0 and nan apart from 0.0 and each other
+    raise _NoKey  # a Python callable, or anything else
 
 
 def _checked_schema(node: Node, df: Any) -> Any:

@@ -140,7 +140,7 @@ def compression_option(value: str | None) -> str | None:
     """``value`` as one of :data:`COMPRESSIONS` (``None``: detect); TensorFlow's names too."""
     if value is None:
         return None
-    lowered = value.lower() or "none"
+    lowered = (value.lower() or "none") if isinstance(value, str) else value
     if lowered not in COMPRESSIONS:
         raise PlanError(
             f"TFRecord compression must be None (detect), {', '.join(map(repr, COMPRESSIONS))} "
@@ -150,30 +150,31 @@ def compression_option(value: str | None) -> str | None:
 
 
 class _ZlibReader(io.RawIOBase):
-    """A zlib stream, decompressed as it is read."""
+    """A zlib stream, decompressed as it is read; bytes after its end are an error."""
 
     def __init__(self, raw: Any) -> None:
         self._raw = raw
         self._inflate = zlib.decompressobj()
-        self._pending = b""
+        self._pending = memoryview(b"")
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
-        while True:
-            if self._pending:
-                n = min(len(view), len(self._pending))
-                view[:n] = self._pending[:n]
-                self._pending = self._pending[n:]
-                return n
+        while not self._pending:
             if self._inflate.eof:
+                if self._inflate.unused_data or self._raw.read(1):
+                    raise zlib.error("bytes follow the end of the zlib stream")
                 return 0
             chunk = self._inflate.unconsumed_tail or self._raw.read(1 << 16)
             if not chunk:
                 raise EOFError("the zlib stream ended before its end marker")
-            self._pending = self._inflate.decompress(chunk, 1 << 20)
+            self._pending = memoryview(self._inflate.decompress(chunk, 1 << 20))
+        n = min(len(view), len(self._pending))
+        view[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
 
 
 def _open(path: str, kind: str | None) -> tuple[Any, str]:
@@ -198,7 +199,8 @@ def _records(
     path: str, verify: bool, compression: str | None = None
 ) -> Iterator[tuple[int, int, bytes]]:
     """``(record number, byte offset, data)`` for each record of a file."""
-    raw, kind = _open(path, compression_option(compression))
+    named = compression_option(compression)
+    raw, kind = _open(path, named)
     handle: Any = raw
     if kind == "gzip":
         handle = gzip.GzipFile(fileobj=raw, mode="rb")
@@ -211,8 +213,9 @@ def _records(
         try:
             return bytes(handle.read(n))
         except _STREAM_ERRORS as exc:
+            told = "" if named else " (told from the first bytes: pass compression='none' if not)"
             raise FormatError(
-                f"{where} (decompressed): the {kind} stream is corrupt or truncated: {exc}"
+                f"{where} (decompressed): the {kind} stream{told} is corrupt or truncated: {exc}"
             ) from None
 
     try:

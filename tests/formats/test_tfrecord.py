@@ -258,7 +258,7 @@ def test_damaged_compressed_files_are_reported(tmp_path: Path) -> None:
     packed = gzip.compress(framed(records))
     cut = tmp_path / "cut.tfrecord.gz"
     cut.write_bytes(packed[: len(packed) // 2])
-    with pytest.raises(FormatError, match=r"cut\.tfrecord\.gz.*gzip stream is corrupt or trunc"):
+    with pytest.raises(FormatError, match=r"cut\.tfrecord\.gz.*gzip stream.* is corrupt or trunc"):
         list(iter_tfrecord(cut))
     flipped = bytearray(zlib.compress(framed(records)))
     flipped[len(flipped) // 2] ^= 0x55
@@ -272,3 +272,23 @@ def test_damaged_compressed_files_are_reported(tmp_path: Path) -> None:
         list(iter_tfrecord(cut, compression="snappy"))
     with pytest.raises(PlanError, match="compression must be"):
         scan_tfrecord(cut, compression="lz4")
+    with pytest.raises(PlanError, match="compression must be"):
+        list(iter_tfrecord(cut, compression=True))  # type: ignore[arg-type]
+    # one zlib stream per file: what follows its end is reported, not dropped
+    body = framed(records)
+    for tail in (zlib.compress(body), b"garbage"):
+        extra = tmp_path / "extra.tfrecord"
+        extra.write_bytes(zlib.compress(body) + tail)
+        with pytest.raises(FormatError, match=rf"record {len(records)} .*bytes follow the end"):
+            list(iter_tfrecord(extra))
+    # a plain file whose first length checksum is damaged but whose first bytes read as a
+    # zlib header: the message says how the compression was chosen
+    plain = bytearray(frame_record(b"\x0a" + b"x" * (0x9C78 - 1)))
+    assert plain[:2] == b"\x78\x9c"
+    plain[9] ^= 0xFF
+    odd = tmp_path / "odd.tfrecord"
+    odd.write_bytes(bytes(plain))
+    with pytest.raises(FormatError, match="told from the first bytes: pass compression='none'"):
+        list(iter_tfrecord(odd))
+    with pytest.raises(FormatError, match="length checksum mismatch"):
+        list(iter_tfrecord(odd, compression="none"))
