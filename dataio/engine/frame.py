@@ -760,10 +760,11 @@ def _step_schema(node: Node, before: Any) -> Any:
     schema as DataFusion plans it).
 
     A frame method adds one step to a checked plan, so only that step is checked, over
-    an empty table of its input's schema. The outcome depends on nothing else (a step's
-    label spells out its expressions and literals), so it is remembered: a query built
-    again, as a notebook cell or a training epoch does, is checked in microseconds
-    instead of ~1 ms of DataFusion planning.
+    an empty table of its input's schema. The outcome depends on nothing else, so it is
+    remembered by the step's values (:func:`_step_key`) and the input schema's bytes: a
+    query built again, as a notebook cell or a training epoch does, is checked in
+    microseconds instead of ~1 ms of DataFusion planning. Steps holding Python callables
+    are checked every time.
     """
     source = isinstance(node, Scan | Memory)
     step = () if source else _step_key(node)
