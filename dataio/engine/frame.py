@@ -768,18 +768,18 @@ def _step_schema(node: Node, before: Any) -> Any:
     """
     source = isinstance(node, Scan | Memory)
     step = () if source else _step_key(node)
-    if step is None:  # a step that cannot be told apart by value: check it every time
-        ctx = scan_session(1)
-        return _checked_schema(node, _apply(node, ctx.from_arrow(_empty(before)), ctx, "schema"))
-    key = (type(node).__name__, step, before.serialize().to_pybytes())
-    with _step_lock:
-        schema = _STEP_SCHEMAS.get(key)
-        if schema is not None:
-            _STEP_SCHEMAS.move_to_end(key)
-            return schema
+    key = None if step is None else (type(node).__name__, step, before.serialize().to_pybytes())
+    if key is not None:
+        with _step_lock:
+            schema = _STEP_SCHEMAS.get(key)
+            if schema is not None:
+                _STEP_SCHEMAS.move_to_end(key)
+                return schema
     ctx = scan_session(1)
     df = ctx.from_arrow(_empty(before))
     schema = _checked_schema(node, df if source else _apply(node, df, ctx, "schema"))
+    if key is None:  # a step that cannot be told apart by value is checked every time
+        return schema
     with _step_lock:
         _STEP_SCHEMAS[key] = schema
         while len(_STEP_SCHEMAS) > _STEP_SCHEMAS_MAX:

@@ -243,12 +243,15 @@ def test_scans_mix_compressed_and_plain_files(tmp_path: Path) -> None:
     assert explicit.select("label").collect_arrow().num_rows == 6
 
 
-def test_a_raw_file_that_starts_like_gzip_is_read_raw() -> None:
+def test_a_raw_file_that_starts_like_gzip_is_read_raw(tmp_path: Path) -> None:
     # a record of 0x8b1f bytes: its length field starts with gzip's magic 1f 8b
     record = b"\x0a" + b"x" * (0x8B1F - 1)
     body = frame_record(record)
     assert body[:2] == b"\x1f\x8b"
     assert compression_of(body[:12]) == "none"
+    path = tmp_path / "looks-gzip.tfrecord"
+    path.write_bytes(body + frame_record(b"second"))
+    assert list(iter_tfrecord(path, raw=True)) == [record, b"second"]
     assert compression_of(b"\x1f\x8b\x08\x00" + bytes(8)) == "gzip"
     assert compression_of(b"") == "none"
 
