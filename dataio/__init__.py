@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 # Set the variable to override.
 os.environ.setdefault("MIMALLOC_PURGE_DELAY", "1000")
 
-from dataio import batch_transforms, cond, decoders, testing, transforms
+from dataio import batch_transforms, cond, decoders, limits, testing, transforms
 from dataio.batch import Batch
 from dataio.custom import custom_op
 from dataio.exceptions import (
@@ -40,6 +40,7 @@ from dataio.exceptions import (
     DeviceError,
     FieldError,
     FormatError,
+    LimitError,
     NotFoundError,
     OutOfRangeError,
     PermissionDeniedError,
@@ -142,6 +143,7 @@ __all__ = [
     "Hdf5File",
     "IndexedSource",
     "LazyFrame",
+    "LimitError",
     "Loader",
     "NotFoundError",
     "OutOfRangeError",
@@ -186,6 +188,7 @@ __all__ = [
     "group_by",
     "head",
     "iter_tfrecord",
+    "limits",
     "lit",
     "ls",
     "manifest",

@@ -13,6 +13,7 @@ __all__ = [
     "DeviceError",
     "FieldError",
     "FormatError",
+    "LimitError",
     "NotFoundError",
     "OutOfRangeError",
     "PermissionDeniedError",
@@ -129,3 +130,19 @@ class OutOfRangeError(DataioError, IndexError):
 
 class TransportTimeoutError(DataioError, TimeoutError):
     """A request to a storage server did not finish within the configured timeout."""
+
+
+class LimitError(DataioError, ValueError):
+    """An input asks for more than a limit in :mod:`dataio.limits` allows (pixels, scans,
+    bytes, samples): refused before anything is allocated.
+
+    ``name``, ``value`` and ``limit`` say which limit, what the input asked for and the
+    limit in force.
+    """
+
+    def __init__(self, name: str, value: int, limit: int, what: str) -> None:
+        super().__init__(
+            f"{what}: {value:,} is over the limit {name}={limit:,}; if the input is trusted, "
+            f"raise it with dataio.limits.set({name}=...) or DATAIO_LIMITS='{name}=...'"
+        )
+        self.name, self.value, self.limit = name, value, limit
