@@ -20,7 +20,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from dataio.exceptions import NotFoundError, PlanError
+from dataio.exceptions import FormatError, NotFoundError, PlanError
 from dataio.expr import AGGREGATES, Expr, col
 from dataio.frame_plan import (
     Aggregate,
@@ -655,6 +655,11 @@ def _resolve(items: Sequence[str], fmt: str, listings: dict[str, list[str]]) -> 
             files += found
         elif os.path.isfile(item):
             files.append(item)
+        elif os.path.exists(item):  # a FIFO or device: reading it could block forever
+            raise FormatError(
+                f"scan_{fmt}: {item!r} is not a regular file (a FIFO, socket or device); "
+                "pass a file or a directory"
+            )
         else:
             raise NotFoundError(f"scan_{fmt}: no such file or directory {item!r}")
     return files

@@ -7,6 +7,7 @@ pyarrow reads the Arrow formats. Each decoder's imports load on first use.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable
 from typing import Any, get_args
 
@@ -135,30 +136,43 @@ def _parquet(data: Any, mode: str | None, source: str) -> Any:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from dataio.formats._arrow import validated
+
     try:
-        return pq.read_table(pa.BufferReader(pa.py_buffer(data)))
-    except (pa.ArrowException, OSError) as exc:
+        table = pq.read_table(pa.BufferReader(pa.py_buffer(data)))
+    except (pa.ArrowException, OSError, ValueError) as exc:
         raise DecodeError(f"{source!r} is not a readable Parquet file: {exc}") from None
+    return validated(table, source)
 
 
 def _arrow(data: Any, mode: str | None, source: str) -> Any:
-    """An Arrow IPC file (Feather v2), an IPC stream, or a Feather v1 file."""
+    """An Arrow IPC file (Feather v2), an IPC stream, or a Feather v1 file, validated."""
     import pyarrow as pa
+
+    from dataio.formats._arrow import check_feather_v1, validated
 
     buffer = pa.py_buffer(data)
     head = bytes(memoryview(data)[:6])
     try:
         if head == b"ARROW1":
-            return pa.ipc.open_file(buffer).read_all()
-        if head.startswith(b"FEA1"):
+            table = pa.ipc.open_file(buffer).read_all()
+        elif head.startswith(b"FEA1"):
             import pyarrow.feather as feather
 
-            return feather.read_table(pa.BufferReader(buffer))
-        return pa.ipc.open_stream(buffer).read_all()
-    except (pa.ArrowException, OSError) as exc:
+            # pyarrow slices V1 buffers at the footer's offsets unchecked: check first
+            check_feather_v1(memoryview(data), source)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)  # V1 still reads
+                table = feather.read_table(pa.BufferReader(buffer))
+        else:
+            table = pa.ipc.open_stream(buffer).read_all()
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        if isinstance(exc, FormatError):
+            raise
         raise DecodeError(
             f"{source!r} is not a readable Arrow IPC file or stream, nor Feather: {exc}"
         ) from None
+    return validated(table, source)
 
 
 def _image(data: Any, mode: str | None, source: str) -> Any:
