@@ -10,7 +10,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dataio.exceptions import DataioError, NotFoundError, PlanError
+from dataio.exceptions import (
+    DataioError,
+    FormatError,
+    NotFoundError,
+    PermissionDeniedError,
+    PlanError,
+)
 from dataio.sources.base import IndexedSource
 
 __all__ = ["files", "manifest", "urls"]
@@ -105,16 +111,41 @@ def manifest(path: str | os.PathLike[str], *, format: str | None = None) -> List
     def load() -> list[Any]:
         if not Path(text).exists():
             raise NotFoundError(f"manifest {text!r} does not exist")
-        if kind == "jsonl":
-            return _read_jsonl(text)
-        if kind == "csv":
-            with open(text, newline="", encoding="utf-8") as handle:
-                return list(csv.DictReader(handle))
-        import pyarrow.parquet as pq
-
-        return pq.read_table(text).to_pylist()
+        if Path(text).is_dir() or not Path(text).is_file():
+            raise FormatError(f"manifest {text!r} is not a regular file")
+        try:
+            return _read_manifest(text, kind)
+        except PermissionError:
+            raise PermissionDeniedError(
+                f"manifest {text!r}: no permission to read it; check its mode"
+            ) from None
+        except UnicodeDecodeError as exc:
+            raise FormatError(
+                f"manifest {text!r} is not UTF-8 text (byte {exc.start}): {exc.reason}"
+            ) from None
+        except csv.Error as exc:
+            raise FormatError(f"manifest {text!r} is not valid CSV: {exc}") from None
 
     return ListSource({"source": "manifest", "path": text, "format": kind}, load)
+
+
+def _read_manifest(path: str, kind: str) -> list[Any]:
+    if kind == "jsonl":
+        return _read_jsonl(path)
+    if kind == "csv":
+        with open(path, newline="", encoding="utf-8") as handle:
+            return list(csv.DictReader(handle))
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+        table.validate(full=True)  # damaged offsets would crash to_pylist
+        return table.to_pylist()
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        if isinstance(exc, PermissionError | DataioError):
+            raise
+        raise FormatError(f"manifest {path!r} is not a readable Parquet file: {exc}") from None
 
 
 def _manifest_format(path: str) -> str:
@@ -140,9 +171,10 @@ def _read_jsonl(path: str) -> list[Any]:
                 continue
             try:
                 rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
+            except (json.JSONDecodeError, RecursionError) as exc:
+                reason = getattr(exc, "msg", "nested too deeply")
                 raise DataioError(
-                    f"manifest {path!r} line {number} is not valid JSON ({exc.msg}); "
+                    f"manifest {path!r} line {number} is not valid JSON ({reason}); "
                     "a JSON-lines manifest holds one object per line"
                 ) from None
     return rows

@@ -12,20 +12,12 @@ import dataio
 from dataio.exceptions import LimitError, PermissionDeniedError
 from dataio.formats.hdf5 import open_hdf5, read_hdf5, scan_hdf5
 
-CORPUS = Path(__file__).resolve().parents[2] / "fuzz" / "corpus" / "hdf5"
-
 
 @pytest.fixture
 def secret(tmp_path: Path) -> Path:
     path = tmp_path / "secret.txt"
     path.write_bytes(b"root:x:0:0:secret\n" * 12)
     return path
-
-
-def _save(name: str, path: Path) -> None:
-    if path.stat().st_size < 256 * 1024:
-        CORPUS.mkdir(parents=True, exist_ok=True)
-        (CORPUS / name).write_bytes(path.read_bytes())
 
 
 def test_external_storage_is_refused_unless_allowed(tmp_path: Path, secret: Path) -> None:
@@ -83,7 +75,6 @@ def test_unwritten_huge_dataset_is_refused_before_allocating(tmp_path: Path) -> 
     with h5py.File(path, "w") as f:
         f.create_dataset("huge", shape=(1 << 30,), dtype=np.float64, chunks=(1 << 20,))
     assert path.stat().st_size < 64 * 1024  # 8 GiB declared, nothing written
-    _save("unwritten-8gib-dataset", path)
     with pytest.raises(LimitError, match=r"max_decoded_bytes"):
         read_hdf5(path, key="huge")
     # a small selection of it is fine, and matches h5py (the fill value)
