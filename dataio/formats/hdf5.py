@@ -208,6 +208,12 @@ class Hdf5File(Closing):
         where = f"{self.path}:{key}"
         index = normalize_selection(selection, dataset.shape, source=where)
         _check_size(dataset, index, where)
+        try:
+            _check_vlen(self.path, dataset, where)
+        except (OSError, ValueError, RuntimeError) as exc:
+            if isinstance(exc, DataioError):
+                raise
+            raise FormatError(f"cannot read {where}: {exc}; the file may be corrupt") from None
         if not copy:
             mapped = self._mapped_view(dataset)
             if mapped is not None:
@@ -261,6 +267,74 @@ class Hdf5File(Closing):
 
     def __repr__(self) -> str:
         return f"<Hdf5File {self.path!r}>"
+
+
+def _vlen_base(dataset: Any) -> int | None:
+    """The base item size of a variable-length dataset's elements, or None if fixed."""
+    h5py = _h5py()
+    string = h5py.check_string_dtype(dataset.dtype)
+    if string is not None:
+        return 1 if string.length is None else None
+    base = h5py.check_vlen_dtype(dataset.dtype)
+    return None if base is None else np.dtype(base).itemsize
+
+
+def _check_vlen(path: str, dataset: Any, where: str) -> None:
+    """Check a contiguous variable-length dataset's heap references before libhdf5 follows
+    them: a damaged length or global heap header makes its read spin for minutes."""
+    base = _vlen_base(dataset)
+    if base is None or dataset.chunks is not None:
+        return  # fixed-size, or chunked (its references are inside filtered chunks)
+    offset = dataset.id.get_offset()
+    if offset is None:
+        return
+    addr_size, size_size = dataset.file.id.get_create_plist().get_sizes()
+    if (addr_size, size_size) != (8, 8):
+        return
+    count = int(np.prod(dataset.shape))
+    with open(path, "rb") as f:
+        file_size = os.fstat(f.fileno()).st_size
+        if offset + 16 * count > file_size:
+            raise FormatError(f"{where}: dataset runs past the end of the file")
+        f.seek(offset)
+        refs = np.frombuffer(f.read(16 * count), dtype=[("n", "<u4"), ("a", "<u8"), ("i", "<u4")])
+        total = int(refs["n"].astype(np.int64).sum()) * base
+        limits.check("max_decoded_bytes", total, what=f"HDF5 dataset {where!r}")
+        heaps: dict[int, dict[int, int]] = {}
+        for length, address, index in refs[refs["n"] > 0].tolist():
+            if address not in heaps:
+                heaps[address] = _global_heap(f, address, file_size, where)
+            if heaps[address].get(index) != length * base:
+                raise FormatError(
+                    f"{where}: element of {length} items points at global heap object "
+                    f"{index} of collection {address}, which does not hold them; "
+                    "the file is damaged"
+                )
+
+
+def _global_heap(f: Any, address: int, file_size: int, where: str) -> dict[int, int]:
+    """Object sizes by index of the global heap collection at ``address``."""
+    header = b""
+    if 0 <= address <= file_size - 16:
+        f.seek(address)
+        header = f.read(16)
+    size = int.from_bytes(header[8:16], "little") if len(header) == 16 else 0
+    if header[:4] != b"GCOL" or size < 16 or address + size > file_size:
+        raise FormatError(f"{where}: damaged global heap collection at {address}")
+    f.seek(address)
+    data = f.read(size)
+    objects: dict[int, int] = {}
+    pos = 16
+    while pos + 16 <= size:
+        index = int.from_bytes(data[pos : pos + 2], "little")
+        length = int.from_bytes(data[pos + 8 : pos + 16], "little")
+        if index == 0:
+            break  # free space fills the rest
+        if pos + 16 + length > size:
+            raise FormatError(f"{where}: global heap object {index} at {address} overflows")
+        objects[index] = length
+        pos += 16 + (length + 7) // 8 * 8
+    return objects
 
 
 def _check_size(dataset: Any, index: tuple[Any, ...], where: str) -> None:

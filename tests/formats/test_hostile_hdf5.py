@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import dataio
-from dataio.exceptions import LimitError, PermissionDeniedError
+from dataio.exceptions import FormatError, LimitError, PermissionDeniedError
 from dataio.formats.hdf5 import open_hdf5, read_hdf5, scan_hdf5
 
 
@@ -105,3 +105,54 @@ def test_damaged_metadata_is_a_format_error(tmp_path: Path) -> None:
             failures += 1
             assert str(target) in str(exc)
     assert failures > 0
+
+
+def _vlen_file(path: Path) -> tuple[int, int]:
+    """A vlen-string dataset; returns its storage offset and its heap collection address."""
+    with h5py.File(path, "w") as f:
+        f.create_dataset("s", data=np.array(["a", "bb", "ccc"] * 20, dtype=h5py.string_dtype()))
+    with h5py.File(path, "r") as f:
+        offset = f["s"].id.get_offset()
+    first = path.read_bytes()[offset : offset + 16]
+    assert int.from_bytes(first[:4], "little") == 1  # "a": 1 byte, in a global heap
+    return offset, int.from_bytes(first[4:12], "little")
+
+
+def test_vlen_string_with_huge_length_is_refused_fast(tmp_path: Path) -> None:
+    path = tmp_path / "vlen.h5"
+    offset, _ = _vlen_file(path)
+    data = bytearray(path.read_bytes())
+    data[offset + 9 * 16 + 2] = 0xF6  # element 9 claims ~16 M bytes: libhdf5 spins on it
+    path.write_bytes(bytes(data))
+    with (
+        dataio.limits.scoped(max_decoded_bytes=1 << 20),
+        pytest.raises(LimitError, match="max_decoded_bytes"),
+    ):
+        read_hdf5(path, key="s")
+    with pytest.raises(FormatError, match="global heap"):
+        read_hdf5(path, key="s")
+
+
+def test_vlen_reference_to_damaged_heap_is_a_format_error(tmp_path: Path) -> None:
+    path = tmp_path / "vlen.h5"
+    _, heap = _vlen_file(path)
+    data = bytearray(path.read_bytes())
+    data[heap + 8 : heap + 16] = (1 << 40).to_bytes(8, "little")  # collection size
+    path.write_bytes(bytes(data))
+    with pytest.raises(FormatError, match=r"vlen\.h5:s.*global heap"):
+        read_hdf5(path, key="s")
+
+
+def test_valid_vlen_data_matches_h5py(tmp_path: Path) -> None:
+    path = tmp_path / "vlen.h5"
+    strings = np.array(["a", "", "ccc", "é" * 300] * 5, dtype=object)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("s", data=strings, dtype=h5py.string_dtype())
+        ragged = f.create_dataset("v", (4,), dtype=h5py.vlen_dtype(np.int32))
+        for i in range(4):
+            ragged[i] = np.arange(i * 3, dtype=np.int32)
+    with h5py.File(path, "r") as f:
+        expected_s, expected_v = list(f["s"][()]), list(f["v"][()])
+    assert list(read_hdf5(path, key="s")) == expected_s
+    for got, want in zip(read_hdf5(path, key="v"), expected_v, strict=True):
+        np.testing.assert_array_equal(got, want)
