@@ -326,16 +326,24 @@ class LazyFrame(Source):
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        from dataio.formats._arrow import check_regular, open_error
+
         total = 0
         for path in node.files:
-            if node.format == "parquet":
-                total += pq.read_metadata(path).num_rows
-            else:
-                with pa.memory_map(path) as source:
-                    reader = pa.ipc.open_file(source)
-                    total += sum(
-                        reader.get_batch(i).num_rows for i in range(reader.num_record_batches)
-                    )
+            try:
+                check_regular(path, node.label())
+                if node.format == "parquet":
+                    total += pq.read_metadata(path).num_rows
+                else:
+                    with pa.memory_map(path) as source:
+                        reader = pa.ipc.open_file(source)
+                        total += sum(
+                            reader.get_batch(i).num_rows for i in range(reader.num_record_batches)
+                        )
+            except pa.ArrowException as exc:
+                raise FormatError(f"{node.label()}: cannot read {path!r}: {exc}") from None
+            except OSError as exc:
+                raise open_error(exc, path, node.label()) from None
         return total
 
     # -- display -----------------------------------------------------------------------

@@ -221,11 +221,15 @@ def test_parquet_footer_errors_are_dataio_errors(tmp_path: Path) -> None:
     footer_len = int.from_bytes(data[-8:-4], "little")
     data[-8 - footer_len + 20] ^= 0xFF  # damage the footer's thrift
     path = tmp_path / "bad.parquet"
+    path.write_bytes(out.getvalue())
+    frame = dataio.scan_parquet(path)  # planned over the good file, damaged below
     path.write_bytes(bytes(data))
     with pytest.raises((pa.ArrowException, OSError)):
         pq.read_table(path)  # the oracle refuses it too
     with pytest.raises(FormatError, match=r"bad\.parquet"):
         dataio.scan_parquet(path).collect()
+    with pytest.raises(FormatError, match=r"bad\.parquet"):
+        frame.length()
     with pytest.raises(DataioError, match=r"bad\.parquet"):
         dataio.read(str(path), format="parquet")
 
