@@ -142,6 +142,12 @@ class Hdf5File(Closing):
         if not isinstance(found, h5py.Dataset):
             what = "a group" if isinstance(found, h5py.Group) else "not in the file"
             raise FieldError(f"{self.path}: {key!r} is {what}; datasets: {self.keys()[:20]}")
+        try:
+            found.shape, found.dtype  # noqa: B018 - a damaged datatype fails here
+        except (TypeError, ValueError, OSError, RuntimeError) as exc:
+            raise FormatError(
+                f"{self.path}: dataset {key!r} has an unreadable shape or type: {exc}"
+            ) from None
         self._check_storage(key, found)
         return found
 

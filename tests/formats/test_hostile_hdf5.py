@@ -156,3 +156,20 @@ def test_valid_vlen_data_matches_h5py(tmp_path: Path) -> None:
     assert list(read_hdf5(path, key="s")) == expected_s
     for got, want in zip(read_hdf5(path, key="v"), expected_v, strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+def test_datatype_without_numpy_equivalent_is_a_format_error(tmp_path: Path) -> None:
+    path = tmp_path / "time.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("t", data=np.arange(8, dtype="<i4"))
+    with h5py.File(path, "r") as f:
+        header = h5py.h5o.get_info(f["t"].id).addr
+    data = bytearray(path.read_bytes())
+    # the datatype message of a signed 4-byte integer; class nibble 0 -> 2 (H5T_TIME)
+    at = data.index(b"\x10\x08\x00\x00\x04\x00\x00\x00", header)
+    data[at] = 0x12
+    path.write_bytes(bytes(data))
+    with h5py.File(path, "r") as f, pytest.raises(TypeError):
+        f["t"].dtype  # noqa: B018 - the oracle: h5py has no NumPy type for it
+    with pytest.raises(FormatError, match=r"time\.h5.*'t'"):
+        read_hdf5(path, key="t")
