@@ -213,6 +213,17 @@ class Hdf5File(Closing):
         dataset = self._dataset(key)
         where = f"{self.path}:{key}"
         index = normalize_selection(selection, dataset.shape, source=where)
+        if not copy:
+            mapped = self._mapped_view(dataset)
+            if mapped is not None:  # a view of the file: nothing allocated
+                view = mapped[(*index, Ellipsis)]  # the Ellipsis keeps 0-d results arrays
+                if not view.dtype.isnative:
+                    _check_size(dataset, index, where)
+                    view = view.astype(view.dtype.newbyteorder("="))
+                view.flags.writeable = False
+                return view
+        # h5py allocates the whole selection (an unwritten dataset costs nothing on
+        # disk) and follows vlen heap references: check both first
         _check_size(dataset, index, where)
         try:
             _check_vlen(self.path, dataset, where)
@@ -220,14 +231,6 @@ class Hdf5File(Closing):
             if isinstance(exc, DataioError):
                 raise
             raise FormatError(f"cannot read {where}: {exc}; the file may be corrupt") from None
-        if not copy:
-            mapped = self._mapped_view(dataset)
-            if mapped is not None:
-                view = mapped[(*index, Ellipsis)]  # the Ellipsis keeps 0-d results arrays
-                if not view.dtype.isnative:
-                    view = view.astype(view.dtype.newbyteorder("="))
-                view.flags.writeable = False
-                return view
         try:
             array = np.asarray(dataset[index] if index else dataset[()])
         except (OSError, ValueError, TypeError, RuntimeError, KeyError) as exc:

@@ -173,3 +173,14 @@ def test_datatype_without_numpy_equivalent_is_a_format_error(tmp_path: Path) -> 
         f["t"].dtype  # noqa: B018 - the oracle: h5py has no NumPy type for it
     with pytest.raises(FormatError, match=r"time\.h5.*'t'"):
         read_hdf5(path, key="t")
+
+
+def test_mapped_views_are_not_limited_by_decoded_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "big.h5"
+    values = np.arange(1024, dtype="<f8")
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=values)  # contiguous: copy=False maps the file
+    with dataio.limits.scoped(max_decoded_bytes=1024):
+        np.testing.assert_array_equal(read_hdf5(path, key="x", copy=False), values)
+        with pytest.raises(LimitError):
+            read_hdf5(path, key="x")  # a copy of 8 KiB is over the 1 KiB limit
