@@ -380,8 +380,12 @@ def _validate_chain(name: str, ops: tuple[Op, ...]) -> None:
         _decoder_check(name, ops[0], ops[1:])
     normalize = next((op for op in ops if op.kind == "normalize"), None)
     out = next((op for op in ops if op.kind == "output"), None)
-    if normalize is not None and out is not None and out.param("dtype") == "uint8":
-        raise PlanError(f"slot {name!r}: normalize produces float32; drop output(dtype='uint8')")
+    dtype = None if out is None else out.param("dtype")
+    if normalize is not None and dtype is not None and not dtype.startswith(("float", "bfloat")):
+        raise PlanError(
+            f"slot {name!r}: normalize produces floats; output(dtype={dtype!r}) would "
+            "truncate them: pick float32, float16 or bfloat16, or drop normalize"
+        )
 
 
 def slot(name: str, *, field: str | None = None, optional: bool = False) -> Slot:
@@ -617,7 +621,12 @@ class BoundPipeline:
                 to ranks; ``pad=True`` gives every rank the same count by repeating its
                 first record, ``pad=False`` drops the incomplete last round.
             max_prefetch_bytes: bound on bytes of finished or pending batch buffers.
-            device: for ``"torch"``, a device such as ``"cuda:0"`` to move tensors to.
+            device: for ``"torch"``, the device tensors are delivered on: ``"cpu"``, or
+                an accelerator such as ``"cuda:0"`` (CUDA copies go through reused pinned
+                buffers, each reused only after its copy finished).
+
+        Raises:
+            DeviceError: ``device`` is not a torch device or is absent on this host.
 
         Example:
             >>> with pipe.bind(records).run("numpy") as loader:  # doctest: +SKIP
@@ -626,6 +635,10 @@ class BoundPipeline:
         """
         from dataio.loader import Loader
 
+        if device is not None and output == "torch":
+            from dataio.engine.export import check_device
+
+            check_device(device)
         return Loader(
             self.pipeline,
             self.records,

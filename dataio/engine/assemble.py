@@ -62,6 +62,28 @@ def _stack(name: str, arrays: list[np.ndarray]) -> np.ndarray:
     return np.stack(arrays)
 
 
+def _numeric(values: list[Any]) -> Any:
+    """Passthrough numbers or bools as an array of their dtype; anything else stays a list.
+
+    Python ints become int64, Python floats float64 and bools bool; NumPy scalars of one
+    dtype keep it. Mixed kinds, ``None``, strings and ints beyond int64 stay a list.
+    """
+    if not values:
+        return values
+    kinds = {type(v) for v in values}
+    if kinds == {bool}:
+        return np.array(values, dtype=np.bool_)
+    if kinds <= {int, float}:
+        dtype = np.float64 if float in kinds else np.int64
+        try:
+            return np.array(values, dtype=dtype)
+        except OverflowError:  # an int beyond int64: keep Python's exact value
+            return values
+    if len(kinds) == 1 and issubclass(next(iter(kinds)), np.number | np.bool_):
+        return np.array(values)
+    return values
+
+
 def _column(job: BatchJob, kernel: SlotKernel, rows: list[int], unstacked: frozenset[str]) -> Any:
     name = kernel.name
     inactive = job.inactive.get(name, set())
@@ -74,6 +96,8 @@ def _column(job: BatchJob, kernel: SlotKernel, rows: list[int], unstacked: froze
     else:
         values = job.values[name]
         picked = values if everything else [values[row] for row in rows]
+        if kernel.passthrough and name not in unstacked and not inactive:
+            return _numeric(picked)
         if kernel.passthrough or kernel.objects or name in unstacked or inactive:
             return picked
         column = _stack(name, picked)
