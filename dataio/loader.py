@@ -111,6 +111,8 @@ class Loader:
         self._executor: Executor | None = None
         self._arrow_peek: Any = None
         self._closed = False
+        #: narrows each pass's chunks (dataio.torch gives each worker its own batches)
+        self.select_chunks: Callable[[Iterator[Any]], Iterator[Any]] | None = None
 
     # -- passes ----------------------------------------------------------------------
 
@@ -119,6 +121,8 @@ class Loader:
             raise DataioError("the loader is closed; call run() again for a new loader")
         if self._executor is None:
             chunks = plan_chunks(self.source, self.plan.shape, self.shard, self._consumed)
+            if self.select_chunks is not None:
+                chunks = self.select_chunks(chunks)
             self._executor = Executor(
                 chunks,
                 self._kernels,
