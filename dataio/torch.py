@@ -28,7 +28,8 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
 
     Each ``iter()`` is one pass of epoch :attr:`epoch`; call :meth:`set_epoch` before
     each epoch to reshuffle (worker processes get a fresh copy of the dataset, so the
-    epoch cannot advance by itself). Resume a training run with :class:`dataio.DataLoader`
+    epoch cannot advance by itself; with ``persistent_workers=True`` the workers keep
+    the epoch they started with). Resume a training run with :class:`dataio.DataLoader`
     instead: a worker pool's position is not checkpointed.
 
     Args:
