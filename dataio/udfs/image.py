@@ -457,8 +457,8 @@ def _jpeg_header(data: bytes | bytearray | memoryview) -> tuple[int, int]:
     width, height, multiscan, scan_end = _jpeg_frame(data)
     _check_pixels(width, height, "JPEG frame")
     if multiscan:
-        rest = data[scan_end:]
-        count = 1 + (rest if isinstance(rest, bytes) else bytes(rest)).count(_SOS)
+        whole = data if isinstance(data, bytes | bytearray) else bytes(data)
+        count = 1 + whole.count(_SOS, scan_end)
         limits.check("max_jpeg_scans", count, what=f"the {width}x{height} JPEG has {count} scans")
     return width, height
 
