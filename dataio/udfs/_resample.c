@@ -546,8 +546,9 @@ static PyObject *resample_into(PyObject *Py_UNUSED(self), PyObject *args) {
     }
     PyObject *result = NULL;
     size_t item = j.out_float ? sizeof(float) : 1;
+    /* sides below INT_MAX - 64: tap counts (up to a side) are padded to whole vectors */
     if (j.channels < 1 || j.channels > 4 || j.src_h < 1 || j.src_w < 1 || j.out_h < 1 ||
-        j.out_w < 1) {
+        j.out_w < 1 || j.src_h > INT_MAX - 64 || j.src_w > INT_MAX - 64) {
         PyErr_SetString(PyExc_ValueError, "resample_into: bad sizes or channel count");
     } else if ((size_t)src.len < (size_t)j.src_h * j.src_w * j.channels) {
         PyErr_SetString(PyExc_ValueError, "resample_into: source buffer is too small");
