@@ -123,7 +123,13 @@ def numpy_dtype(dtype: TensorDtype, *, source: str, tensor: str) -> np.dtype:
 
 
 def view_numpy(
-    buffer: Any, dtype: np.dtype, shape: tuple[int, ...], offset: int, *, fortran: bool = False
+    buffer: Any,
+    dtype: np.dtype,
+    shape: tuple[int, ...],
+    offset: int,
+    *,
+    fortran: bool = False,
+    source: str = "buffer",
 ) -> np.ndarray:
     """View ``buffer`` at ``offset`` as an array, in native byte order.
 
@@ -136,7 +142,9 @@ def view_numpy(
         )
     except (ValueError, TypeError, OverflowError) as exc:
         # Callers check shapes first; this is the backstop for what NumPy still refuses.
-        raise FormatError(f"{shape} of {dtype} at byte {offset} cannot be viewed: {exc}") from exc
+        raise FormatError(
+            f"{source}: {shape} of {dtype} at byte {offset} cannot be viewed: {exc}"
+        ) from exc
     if not array.dtype.isnative:
         array = array.astype(array.dtype.newbyteorder("="))
         array.flags.writeable = False
@@ -277,7 +285,14 @@ def decode_npy(data: Any, *, source: str = "NPY bytes") -> np.ndarray:
         dtype('float32')
     """
     header = parse_npy_header(data, source=source)
-    return view_numpy(data, header.dtype, header.shape, header.offset, fortran=header.fortran_order)
+    return view_numpy(
+        data,
+        header.dtype,
+        header.shape,
+        header.offset,
+        fortran=header.fortran_order,
+        source=source,
+    )
 
 
 # -- safetensors ------------------------------------------------------------------------
@@ -462,7 +477,7 @@ def read_safetensors_header(buffer: Any, *, source: str) -> SafetensorsHeader:
 def entry_array(buffer: Any, entry: TensorEntry, *, source: str) -> np.ndarray:
     """View one safetensors tensor of ``buffer`` as a NumPy array."""
     dtype = numpy_dtype(entry.dtype, source=source, tensor=entry.name)
-    return view_numpy(buffer, dtype, entry.shape, entry.start)
+    return view_numpy(buffer, dtype, entry.shape, entry.start, source=f"{source}: {entry.name!r}")
 
 
 def decode_safetensors(
