@@ -129,7 +129,7 @@ def view_numpy(
     offset: int,
     *,
     fortran: bool = False,
-    source: str = "buffer",
+    source: str = "",
 ) -> np.ndarray:
     """View ``buffer`` at ``offset`` as an array, in native byte order.
 
@@ -142,8 +142,9 @@ def view_numpy(
         )
     except (ValueError, TypeError, OverflowError) as exc:
         # Callers check shapes first; this is the backstop for what NumPy still refuses.
+        where = f"{source}: " if source else ""
         raise FormatError(
-            f"{source}: {shape} of {dtype} at byte {offset} cannot be viewed: {exc}"
+            f"{where}{shape} of {dtype} at byte {offset} cannot be viewed: {exc}"
         ) from exc
     if not array.dtype.isnative:
         array = array.astype(array.dtype.newbyteorder("="))
@@ -477,7 +478,10 @@ def read_safetensors_header(buffer: Any, *, source: str) -> SafetensorsHeader:
 def entry_array(buffer: Any, entry: TensorEntry, *, source: str) -> np.ndarray:
     """View one safetensors tensor of ``buffer`` as a NumPy array."""
     dtype = numpy_dtype(entry.dtype, source=source, tensor=entry.name)
-    return view_numpy(buffer, dtype, entry.shape, entry.start, source=f"{source}: {entry.name!r}")
+    try:
+        return view_numpy(buffer, dtype, entry.shape, entry.start)
+    except FormatError as exc:  # named here, so the common path formats no name
+        raise FormatError(f"{source}: tensor {entry.name!r}: {exc}") from exc
 
 
 def decode_safetensors(
