@@ -228,6 +228,12 @@ def parse_npy_header(buffer: Any, *, source: str = "NPY bytes") -> NpyHeader:
     return data
 
 
+def _too_big(shape: tuple[int, ...] | list[int], itemsize: int) -> bool:
+    """Whether NumPy refuses the shape: it multiplies the sizes other than 0 (and
+    widens a zero-size element to one byte when it copies)."""
+    return math.prod(n for n in shape if n) * max(itemsize, 1) > _MAX_DIM
+
+
 def _check_count(shape: tuple[int, ...], itemsize: int, source: str) -> None:
     """Refuse shapes NumPy cannot hold, and zero-size elements past ``max_decoded_bytes``.
 
@@ -241,10 +247,16 @@ def _check_count(shape: tuple[int, ...], itemsize: int, source: str) -> None:
             f"{source}: shape {shape!r} has over {MAX_DIMS} dimensions or a size over 2**63; "
             "the header is corrupt"
         )
+    count = math.prod(shape)  # when over 0 with itemsize > 0, the data bytes bound it
+    if (count == 0 or itemsize == 0) and _too_big(shape, itemsize):
+        raise FormatError(
+            f"{source}: shape {shape!r} multiplies past 2**63 bytes, which NumPy cannot "
+            "hold or copy even when one size is 0; the header is corrupt"
+        )
     if itemsize == 0:
         limits.check(
             "max_decoded_bytes",
-            math.prod(shape),
+            count,
             what=f"{source}: shape {shape!r} of zero-size elements",
         )
 
@@ -425,6 +437,13 @@ def _entry(name: str, info: Any, data_start: int, source: str) -> TensorEntry:
             f"{where} has data_offsets {offsets!r}; expected [begin, end] with 0 <= begin <= end"
         )
     bits = math.prod(shape) * dtype.bits
+    # Over 2**63 bytes: refused before the byte count check (or NumPy) sees it. Only an
+    # empty or an oversized tensor can get here, so the common path skips the check.
+    if (bits == 0 or bits > _MAX_DIM) and _too_big(shape, -(-dtype.bits // 8)):
+        raise FormatError(
+            f"{where} has shape {shape!r}, whose sizes multiply past 2**63 bytes; the "
+            "header is corrupt"
+        )
     if bits % 8 or bits // 8 != offsets[1] - offsets[0]:
         raise FormatError(
             f"{where} is {dtype.name} of shape {shape}, which needs {bits // 8:,} bytes"

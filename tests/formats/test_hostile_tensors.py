@@ -86,6 +86,11 @@ MALFORMED_NPY = {
         npy_with_header(header("<f4", "(" + "1," * 65 + ")"), bytes(4)),
         "over 64 dimensions",
     ),
+    # 0 elements, yet NumPy refuses to copy them: the other sizes multiply past 2**63
+    "bytes0-0x2e62x2e62": (
+        npy_with_header(header("|S0", "(0, 4611686018427387904, 4611686018427387904)")),
+        "multiplies past 2",
+    ),
     "dim-2e70-times-0": (
         npy_with_header(header("<f4", "(0, 1180591620717411303424)")),
         "size over 2\\*\\*63",
@@ -110,7 +115,7 @@ def test_malformed_npy_headers_are_format_errors(tmp_path: Path, name: str) -> N
     assert str(path) in str(error)
     refuses(lambda: dataio.io.read(str(path), format="npy"), DecodeError, message)
     with pytest.raises(Exception):  # noqa: B017 - the oracle refuses it too, with builtins
-        np.load(io.BytesIO(data), allow_pickle=False)
+        np.load(io.BytesIO(data), allow_pickle=False).copy()  # copying: the 0x2**62x2**62 case
 
 
 # -- NPZ / zip ------------------------------------------------------------------------------
@@ -244,14 +249,18 @@ HOSTILE_SAFETENSORS = {
     # 2**62 * 2**62 elements of nothing: numpy and torch raise ValueError / RuntimeError
     "empty-but-huge": (
         safetensors_bytes({"w": tensor("F32", [0, 2**62, 2**62], 0, 0)}),
-        "cannot be",
+        "multiply past 2",
     ),
     # the byte count message formatted bits / 8 as a float: OverflowError
     "bits-overflow-float": (
         safetensors_bytes(
             {"w": tensor("F32", [2**62, 2**62, 2**62, 2**62, 2**62], 0, 4)}, bytes(4)
         ),
-        "needs",
+        "multiply past 2",
+    ),
+    "f4-odd-bits": (
+        safetensors_bytes({"w": tensor("F4", [1, 3], 0, 1)}, bytes(1)),
+        "needs 1 bytes and 4 bits",
     ),
     "5000-digit-offset": (
         safetensors_bytes(
