@@ -219,7 +219,7 @@ def parse_npy_header(buffer: Any, *, source: str = "NPY bytes") -> NpyHeader:
     header = _check_npy_fields(fields, source)
     dtype, shape, fortran = header
     data = NpyHeader(dtype, shape, fortran, start + length)
-    _check_count(shape, dtype.itemsize, source)
+    _check_count(shape, dtype.itemsize, dtype.kind, source)
     if data.offset + data.nbytes > size:
         raise FormatError(
             f"{source} is truncated: shape {shape} of {dtype} needs {data.nbytes} data bytes, "
@@ -229,26 +229,26 @@ def parse_npy_header(buffer: Any, *, source: str = "NPY bytes") -> NpyHeader:
 
 
 def _too_big(shape: tuple[int, ...] | list[int], itemsize: int) -> bool:
-    """Whether NumPy refuses the shape: it multiplies the sizes other than 0 (and
-    widens a zero-size element to one byte when it copies)."""
-    return math.prod(n for n in shape if n) * max(itemsize, 1) > _MAX_DIM
+    """Whether NumPy may refuse the shape: it multiplies the sizes other than 0, and
+    widens a zero-size element to up to 4 bytes when it copies."""
+    return math.prod(n for n in shape if n) * (itemsize or 4) > _MAX_DIM
 
 
-def _check_count(shape: tuple[int, ...], itemsize: int, source: str) -> None:
+def _check_count(shape: tuple[int, ...], itemsize: int, kind: str, source: str) -> None:
     """Refuse shapes NumPy cannot hold, and zero-size elements past ``max_decoded_bytes``.
 
     Other arrays are checked against the bytes that hold them. A zero-size dtype
-    (``|V0``, ``|S0``) makes a huge shape cost nothing on disk, yet a copy or a loop over
-    it hangs or allocates exabytes (NumPy widens ``S0`` to ``S1`` when it copies), so
-    its elements count a byte each.
+    (``|V0``, ``|S0``, ``<U0``) makes a huge shape cost nothing on disk, yet a copy or a
+    loop over it hangs or allocates exabytes: NumPy widens ``S0`` to ``S1`` and ``U0`` to
+    ``U1`` (4 bytes) when it copies, so its elements count as that.
     """
     if len(shape) > MAX_DIMS or any(n > _MAX_DIM for n in shape):
         raise FormatError(
             f"{source}: shape {shape!r} has over {MAX_DIMS} dimensions or a size over 2**63; "
             "the header is corrupt"
         )
-    count = math.prod(shape)  # when over 0 with itemsize > 0, the data bytes bound it
-    if (count == 0 or itemsize == 0) and _too_big(shape, itemsize):
+    count = math.prod(shape)
+    if count == 0 and _too_big(shape, itemsize):  # else the data bytes or the limit bound it
         raise FormatError(
             f"{source}: shape {shape!r} multiplies past 2**63 bytes, which NumPy cannot "
             "hold or copy even when one size is 0; the header is corrupt"
@@ -256,7 +256,7 @@ def _check_count(shape: tuple[int, ...], itemsize: int, source: str) -> None:
     if itemsize == 0:
         limits.check(
             "max_decoded_bytes",
-            count,
+            count * (4 if kind == "U" else 1),
             what=f"{source}: shape {shape!r} of zero-size elements",
         )
 
@@ -276,7 +276,16 @@ def _check_npy_fields(fields: Any, source: str) -> tuple[np.dtype, tuple[int, ..
         raise FormatError(f"{source}: NPY fortran_order must be a bool, got {fortran!r}")
     try:
         dtype = np.lib.format.descr_to_dtype(fields["descr"])
-    except (TypeError, ValueError, KeyError, IndexError, OverflowError, RecursionError) as exc:
+    except (
+        TypeError,
+        ValueError,
+        KeyError,
+        IndexError,
+        OverflowError,
+        RecursionError,
+        SyntaxError,  # NumPy parses comma strings such as "(,)f4" with ast.literal_eval
+        MemoryError,
+    ) as exc:
         raise FormatError(
             f"{source}: NPY descr {fields['descr']!r} is not a dtype: {exc}"
         ) from None
@@ -437,9 +446,9 @@ def _entry(name: str, info: Any, data_start: int, source: str) -> TensorEntry:
             f"{where} has data_offsets {offsets!r}; expected [begin, end] with 0 <= begin <= end"
         )
     bits = math.prod(shape) * dtype.bits
-    # Over 2**63 bytes: refused before the byte count check (or NumPy) sees it. Only an
-    # empty or an oversized tensor can get here, so the common path skips the check.
-    if (bits == 0 or bits > _MAX_DIM) and _too_big(shape, -(-dtype.bits // 8)):
+    # An empty tensor whose other sizes multiply past 2**63 bytes: NumPy and torch refuse
+    # it. Others are bounded by the byte count check below.
+    if bits == 0 and _too_big(shape, -(-dtype.bits // 8)):
         raise FormatError(
             f"{where} has shape {shape!r}, whose sizes multiply past 2**63 bytes; the "
             "header is corrupt"

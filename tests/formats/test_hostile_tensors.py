@@ -52,6 +52,8 @@ ZERO_SIZE = {
     # 2**62 elements of nothing: 128 bytes on disk, a copy hangs (V0) or asks for 4 EiB (S0)
     "void0-2e62": npy_with_header(header("|V0", "(2147483648, 2147483648)")),
     "bytes0-2e62": npy_with_header(header("|S0", "(4611686018427387904,)")),
+    # 2**31 elements is 2 GiB at a byte each, but a copy widens U0 to 4-byte U1: 8 GiB
+    "str0-2e31": npy_with_header(header("<U0", "(2147483648,)")),
 }
 
 
@@ -103,6 +105,8 @@ MALFORMED_NPY = {
     ),
     "syntax": (npy_with_header("{'descr': '<f4', 'shape': (1,"), "unreadable NPY header"),
     "bad-descr": (npy_with_header(header("<x9", "(1,)")), "is not a dtype"),
+    # NumPy parses comma strings with ast.literal_eval: SyntaxError
+    "descr-comma-syntax": (npy_with_header(header("(,)f4", "(1,)"), bytes(4)), "is not a dtype"),
 }
 
 
@@ -256,7 +260,7 @@ HOSTILE_SAFETENSORS = {
         safetensors_bytes(
             {"w": tensor("F32", [2**62, 2**62, 2**62, 2**62, 2**62], 0, 4)}, bytes(4)
         ),
-        "multiply past 2",
+        r"which needs [\d,]{100,} bytes, but its data_offsets \[0, 4\]",
     ),
     "f4-odd-bits": (
         safetensors_bytes({"w": tensor("F4", [1, 3], 0, 1)}, bytes(1)),
