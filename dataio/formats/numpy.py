@@ -275,7 +275,9 @@ def read_npz(
 def scan_numpy(source: Source, *, mmap: bool = True) -> FileScan:
     """Lazily read ``.npy`` files: records ``{"key", "path", "array"}``, one per file.
 
-    Nothing is listed or read until the scan is iterated; each pass reads again.
+    Nothing is listed or read until the scan is iterated; each pass reads again. A
+    damaged file does not end the scan: its record's ``"array"`` raises the file's
+    :class:`~dataio.exceptions.FormatError` when read (in a pipeline: one row error).
 
     Example:
         >>> for record in dataio.scan_numpy("/data/*.npy"):  # doctest: +SKIP
@@ -285,11 +287,13 @@ def scan_numpy(source: Source, *, mmap: bool = True) -> FileScan:
     def read(path: str) -> Iterator[dict[str, Any]]:
         yield {"key": record_key(path), "path": path, "array": read_numpy(path, mmap=mmap)}
 
-    return FileScan(source, read, "scan_numpy")
+    return FileScan(source, read, "scan_numpy", fields=("array",))
 
 
 def scan_npz(source: Source, *, keys: Iterable[str] | None = None, mmap: bool = True) -> FileScan:
     """Lazily read ``.npz`` files: records ``{"key", "path", "arrays"}``, one per file.
+
+    As for :func:`scan_numpy`, a damaged file's ``"arrays"`` raises its error when read.
 
     Example:
         >>> for record in dataio.scan_npz("/data/*.npz", keys=["x", "y"]):  # doctest: +SKIP
@@ -301,4 +305,4 @@ def scan_npz(source: Source, *, keys: Iterable[str] | None = None, mmap: bool = 
         arrays = read_npz(path, keys=wanted, mmap=mmap)
         yield {"key": record_key(path), "path": path, "arrays": arrays}
 
-    return FileScan(source, read, "scan_npz")
+    return FileScan(source, read, "scan_npz", fields=("arrays",))
