@@ -33,6 +33,7 @@ from dataio.exceptions import (
 )
 from dataio.io.config import credentials_for, derived_store, redact, store_for, transport_for
 from dataio.io.errors import call, translate
+from dataio.io.local import open_regular
 from dataio.io.uri import Location, parse
 
 if TYPE_CHECKING:
@@ -400,9 +401,8 @@ def stream(
 class _LocalBody(_Body):
     def __init__(self, loc: Location, uri: str) -> None:
         def open_file() -> Any:
-            f = open(loc.path, "rb")  # noqa: SIM115 - closed by close()
-            self.size = os.fstat(f.fileno()).st_size
-            return f
+            fd, self.size = open_regular(loc.path, "stream")
+            return os.fdopen(fd, "rb", buffering=0)
 
         self.uri = uri
         self._file = call(open_file, uri, "stream")
