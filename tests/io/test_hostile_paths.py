@@ -211,3 +211,39 @@ def test_lying_content_length_short_body_is_transport_error(liar: str) -> None:
 def test_declared_size_over_max_decoded_bytes_is_refused(liar: str) -> None:
     with pytest.raises(LimitError, match="max_decoded_bytes"):
         dio.read(f"{liar}/big.bin")
+
+
+# -- manifests -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["rows.jsonl", "rows.csv", "rows.parquet"])
+def test_special_manifest_paths_are_refused(tmp_path: Path, name: str) -> None:
+    fifo = tmp_path / name
+    os.mkfifo(fifo)
+    with pytest.raises(DataioError, match="FIFO"):
+        list(dataio.manifest(fifo))
+    with pytest.raises(DataioError, match="character device"):
+        list(dataio.manifest("/dev/zero", format=name.split(".")[1]))
+    with pytest.raises(NotFoundError, match="does not exist"):
+        list(dataio.manifest(f"{tmp_path}/a\0{name}"))
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "match"),
+    [
+        ("bad.csv", b"a,b\n\xff\xfe,1\n", "not a readable csv"),
+        ("bad.parquet", b"PAR1 not really PAR1", "not a readable parquet"),
+        ("deep.jsonl", b"[" * 100_000 + b"\n", "nests too deeply|not valid JSON"),
+        ("bad.jsonl", b'{"a": 1}\n{"a": \n', "line 2 is not valid JSON"),
+    ],
+)
+def test_malformed_manifests_are_format_errors(
+    tmp_path: Path, name: str, data: bytes, match: str
+) -> None:
+    from dataio.exceptions import FormatError
+
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(FormatError, match=match) as info:
+        list(dataio.manifest(path))
+    assert str(path) in str(info.value)
