@@ -145,17 +145,21 @@ BODY = b"x" * 1024  # 1 KiB sent
 class _LyingHandler(QuietHandler):
     def do_HEAD(self) -> None:
         self.send_response(200)
-        self.send_header("Content-Length", str(LIE))
+        self.send_header("Content-Length", str(self._lie()))
         self.end_headers()
+
+    def _lie(self) -> int:
+        return 1 << 20 if self.path.startswith("/small") else LIE
 
     def do_GET(self) -> None:
         # a resumed read (Range: bytes=N-) gets the same lie and no bytes at all
         ranged = self.headers.get("Range", "").removeprefix("bytes=").split("-")[0]
         start = int(ranged) if ranged.isdigit() else 0
+        lie = self._lie()
         self.send_response(206 if start else 200)
-        self.send_header("Content-Length", str(LIE - start))
+        self.send_header("Content-Length", str(lie - start))
         if start:
-            self.send_header("Content-Range", f"bytes {start}-{LIE - 1}/{LIE}")
+            self.send_header("Content-Range", f"bytes {start}-{lie - 1}/{lie}")
         self.send_header("ETag", '"abc"')
         self.end_headers()
         self.wfile.write(b"" if start else BODY)
@@ -203,9 +207,16 @@ def test_lying_content_length_commits_no_memory(liar: str) -> None:
     assert "big.bin" in done.stdout
 
 
-def test_lying_content_length_short_body_is_transport_error(liar: str) -> None:
-    with dataio.limits.scoped(max_decoded_bytes=4 << 30), pytest.raises(TransportError):
-        dio.read(f"{liar}/big.bin")
+@pytest.mark.parametrize("name", ["big.bin", "small.bin"])
+def test_lying_content_length_short_body_is_transport_error(liar: str, name: str) -> None:
+    url = f"{liar}/{name}"
+    with dataio.limits.scoped(max_decoded_bytes=4 << 30):
+        with pytest.raises(TransportError):
+            dio.read(url)
+        with pytest.raises(TransportError):
+            dio.stream(url).read_all()
+        with pytest.raises(TransportError):
+            dio.reader(url).read_all()
 
 
 def test_declared_size_over_max_decoded_bytes_is_refused(liar: str) -> None:
