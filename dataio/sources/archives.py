@@ -17,6 +17,7 @@ import zlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from dataio import limits
 from dataio.exceptions import DataioError, FormatError, PlanError
 from dataio.io.errors import call
 from dataio.io.local import open_regular
@@ -100,11 +101,31 @@ def _zip_members(path: str) -> Iterator[tuple[str, bytes]]:
             with zipfile.ZipFile(file) as archive_file:
                 for info in archive_file.infolist():
                     if not info.is_dir():
+                        _check_zip_member(path, info)
                         yield info.filename, archive_file.read(info)
         except DataioError:
             raise
-        except (zipfile.BadZipFile, EOFError, OSError, zlib.error) as exc:
+        # RuntimeError: encrypted; NotImplementedError: an unknown compression method
+        except (
+            zipfile.BadZipFile,
+            EOFError,
+            OSError,
+            zlib.error,
+            lzma.LZMAError,
+            RuntimeError,
+            NotImplementedError,
+            ValueError,
+        ) as exc:
             raise _corrupt(path, exc) from exc
+
+
+def _check_zip_member(path: str, info: zipfile.ZipInfo) -> None:
+    """A member's declared size against the limits (zipfile stops inflating there)."""
+    what = f"zip {path!r} member {info.filename!r}"
+    limits.check("max_member_bytes", info.file_size, what=what)
+    if info.file_size > limits.get().inflation_floor_bytes:
+        ratio = info.file_size // max(info.compress_size, 1)
+        limits.check("max_inflation_ratio", ratio, what=f"{what} of {info.file_size} bytes")
 
 
 def _members(path: str) -> Iterator[tuple[str, bytes]]:

@@ -276,3 +276,43 @@ def test_fifo_archive_is_refused_without_blocking(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     with pytest.raises(DataioError, match="FIFO"):
         list(dataio.archive(fifo))
+
+
+def _zip_with(name: str, data: bytes, *, method: int = zipfile.ZIP_DEFLATED) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=method) as z:
+        z.writestr(name, data)
+    return buf.getvalue()
+
+
+def test_zip_member_declaring_more_than_max_member_bytes_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, "big.zip", _zip_with("a.bin", bytes(1 << 16)))
+    with dataio.limits.scoped(max_member_bytes=1 << 15), pytest.raises(LimitError) as info:
+        list(dataio.archive(path))
+    assert "a.bin" in str(info.value) and path in str(info.value)
+
+
+def test_zip_bomb_ratio_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, "bomb.zip", _zip_with("z.bin", bytes(1 << 22)))  # ~1000:1
+    lowered = dataio.limits.scoped(inflation_floor_bytes=1 << 20, max_inflation_ratio=100)
+    with lowered, pytest.raises(LimitError, match="max_inflation_ratio"):
+        list(dataio.archive(path))
+    (sample,) = dataio.archive(path)  # honest under the defaults
+    assert sample["bin"] == bytes(1 << 22)
+
+
+def test_zip_unknown_method_and_encryption_are_format_errors(tmp_path: Path) -> None:
+    data = bytearray(_zip_with("a.txt", b"hello", method=zipfile.ZIP_STORED))
+    # method 99 (AES) in the local and central headers; flag bit 0 (encrypted) in both
+    unknown = bytearray(data)
+    unknown[8:10] = (99).to_bytes(2, "little")
+    central = unknown.index(b"PK\x01\x02")
+    unknown[central + 10 : central + 12] = (99).to_bytes(2, "little")
+    encrypted = bytearray(data)
+    encrypted[6:8] = (1).to_bytes(2, "little")
+    encrypted[central + 8 : central + 10] = (1).to_bytes(2, "little")
+    for name, raw in (("method.zip", unknown), ("encrypted.zip", encrypted)):
+        path = write(tmp_path, name, bytes(raw))
+        with pytest.raises(FormatError) as info:
+            list(dataio.archive(path))
+        assert path in str(info.value)
