@@ -363,22 +363,27 @@ def _check_range(offset: int | None, size: int | None) -> None:
 def _read_local(path: str, offset: int, size: int | None) -> bytes:
     fd, total = open_regular(path, "read")
     try:
-        if offset and offset >= total:
-            raise OutOfRangeError(
-                f"read {path!r}: offset {offset} is past the end of its {total} bytes"
-            )
+        if offset and total and offset >= total:
+            raise _past_end(path, offset, total)
         # never ask the OS for more than the file holds: read(n) allocates n first
         want = total - offset if size is None else min(size, max(total - offset, 0))
         if size is None:
             limits.check("max_decoded_bytes", want, what=f"reading {path!r}")
         data = os.pread(fd, want, offset) if want else b""
-        if len(data) == want and (want or size is not None):
+        if len(data) == want and (want or total):
             return data
-        os.lseek(fd, offset + len(data), os.SEEK_SET)  # a /proc file: stat says 0 bytes
-        tail = read_bounded(fd, path, data)
-        return tail if size is None else tail[:size]
+        # a short read, or a file whose size stat does not know (/proc): drain it
+        os.lseek(fd, offset + len(data), os.SEEK_SET)
+        rest = read_bounded(fd, path, data)
+        if offset and not rest:
+            raise _past_end(path, offset, 0)
+        return rest if size is None else rest[:size]
     finally:
         os.close(fd)
+
+
+def _past_end(path: str, offset: int, total: int) -> OutOfRangeError:
+    return OutOfRangeError(f"read {path!r}: offset {offset} is past the end of its {total} bytes")
 
 
 def _readinto_local(path: str, view: memoryview) -> int:

@@ -96,6 +96,7 @@ def test_proc_files_still_read() -> None:
     assert expected
     assert dio.read_bytes("/proc/self/cmdline") == expected
     assert dio.read("/proc/self/cmdline") == expected
+    assert dio.read("/proc/self/cmdline", offset=1, size=3) == expected[1:4]
 
 
 def test_whole_reads_are_bounded_by_max_decoded_bytes(tmp_path: Path) -> None:
