@@ -25,8 +25,9 @@ from typing import Any
 import numpy as np
 
 from dataio import limits
-from dataio.exceptions import DataioError, FieldError, FormatError, NotFoundError, PlanError
+from dataio.exceptions import DataioError, FieldError, FormatError, PlanError
 from dataio.formats._scan import FileScan, Source, record_key
+from dataio.io.local import open_file
 from dataio.udfs.tensor import decode_npy
 
 __all__ = ["decode_npz", "read_npz", "read_numpy", "scan_npz", "scan_numpy"]
@@ -76,14 +77,12 @@ def _load(path: str | os.PathLike[str]) -> bytearray:
 def _opened(text: str, use: Any) -> Any:
     """``use(file)`` on the open local file ``text``, with its errors mapped."""
     try:
-        with open(text, "rb") as f:
+        with open_file(text, "read") as f:
             if os.fstat(f.fileno()).st_size == 0:
                 raise FormatError(f"{text} is empty; expected NumPy data")
             return use(f)
-    except FileNotFoundError:
-        raise NotFoundError(f"no such file {text!r}; check the path") from None
-    except IsADirectoryError:
-        raise DataioError(f"{text!r} is a directory; expected a file") from None
+    except DataioError:  # NotFoundError and PermissionDeniedError are OSErrors too
+        raise
     except OSError as exc:
         raise DataioError(f"cannot read {text!r}: {exc.strerror or exc}") from exc
 

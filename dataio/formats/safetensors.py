@@ -34,6 +34,7 @@ from dataio.exceptions import (
 from dataio.formats._devices import cuda_target, gds_available, gds_info, to_device
 from dataio.formats._safetensors_write import INDEX_NAME, parse_size, write_safetensors
 from dataio.io import read_bytes
+from dataio.io.local import open_file
 from dataio.ops import choice
 from dataio.udfs.tensor import (
     SafetensorsHeader,
@@ -66,12 +67,7 @@ class _MappedFile:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        try:
-            self._file = open(path, "rb")  # noqa: SIM115 - owned until close()
-        except FileNotFoundError:
-            raise NotFoundError(f"no such safetensors file {path!r}; check the path") from None
-        except OSError as exc:
-            raise DataioError(f"cannot open {path!r}: {exc.strerror or exc}") from exc
+        self._file = open_file(path, "open safetensors file")  # owned until close()
         try:
             self.size = os.fstat(self._file.fileno()).st_size
             fd = self._file.fileno()

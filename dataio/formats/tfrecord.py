@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from dataio import limits
-from dataio.exceptions import FormatError, NotFoundError, PlanError
+from dataio.exceptions import FormatError, PlanError
+from dataio.io.local import open_file
 
 __all__ = [
     "COMPRESSIONS",
@@ -189,10 +190,7 @@ def _open(path: str, kind: str | None) -> tuple[Any, str]:
 
         handle = io.BytesIO(read_bytes(path))  # NotFoundError names the URI
     else:
-        try:
-            handle = open(path, "rb")  # noqa: SIM115 - the caller closes it
-        except FileNotFoundError:
-            raise NotFoundError(f"no such TFRecord file {path!r}") from None
+        handle = open_file(path.removeprefix("file://"), "read TFRecord file")
     if kind is None:
         kind = compression_of(handle.read(12))
         handle.seek(0)

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 import stat
+from typing import BinaryIO
 
 from dataio import limits
 from dataio.exceptions import DataioError
 
-__all__ = ["FLAGS", "check_regular", "open_regular", "read_bounded"]
+__all__ = ["FLAGS", "check_regular", "open_file", "open_regular", "read_bounded"]
 
 # O_NONBLOCK changes nothing for regular files; it keeps a FIFO from blocking the open
 FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
@@ -49,6 +50,16 @@ def open_regular(path: str, verb: str) -> tuple[int, int]:
         os.close(fd)
         raise
     return fd, st.st_size
+
+
+def open_file(path: str, verb: str) -> BinaryIO:
+    """Open the regular local file ``path`` as an unbuffered binary file object, with
+    every failure a :class:`DataioError` naming it (missing, denied, a NUL byte, a FIFO
+    or device or directory)."""
+    from dataio.io.errors import call
+
+    fd, _ = call(lambda: open_regular(path, verb), path, verb)
+    return os.fdopen(fd, "rb", buffering=0)
 
 
 def read_bounded(fd: int, path: str, first: bytes) -> bytes:
