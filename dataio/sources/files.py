@@ -7,7 +7,6 @@ import glob as globlib
 import json
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from dataio.exceptions import (
@@ -17,6 +16,7 @@ from dataio.exceptions import (
     PermissionDeniedError,
     PlanError,
 )
+from dataio.io.local import check_regular
 from dataio.sources.base import IndexedSource
 
 __all__ = ["files", "manifest", "urls"]
@@ -109,43 +109,39 @@ def manifest(path: str | os.PathLike[str], *, format: str | None = None) -> List
     kind = format or _manifest_format(text)
 
     def load() -> list[Any]:
-        if not Path(text).exists():
-            raise NotFoundError(f"manifest {text!r} does not exist")
-        if Path(text).is_dir() or not Path(text).is_file():
-            raise FormatError(f"manifest {text!r} is not a regular file")
+        _check_manifest(text)
         try:
-            return _read_manifest(text, kind)
+            if kind == "jsonl":
+                return _read_jsonl(text)
+            if kind == "csv":
+                with open(text, newline="", encoding="utf-8") as handle:
+                    return list(csv.DictReader(handle))
+            import pyarrow.parquet as pq
+
+            table = pq.read_table(text)
+            table.validate(full=True)  # damaged offsets would crash to_pylist
+            return table.to_pylist()
+        except DataioError:
+            raise
         except PermissionError:
-            raise PermissionDeniedError(
-                f"manifest {text!r}: no permission to read it; check its mode"
-            ) from None
-        except UnicodeDecodeError as exc:
+            raise PermissionDeniedError(f"manifest {text!r}: permission denied") from None
+        except (UnicodeDecodeError, csv.Error, OSError, ValueError) as exc:
+            # pyarrow's ArrowInvalid is a ValueError; a bad Parquet file can raise OSError
             raise FormatError(
-                f"manifest {text!r} is not UTF-8 text (byte {exc.start}): {exc.reason}"
+                f"manifest {text!r} is not a readable {kind} file ({exc}); check its format"
             ) from None
-        except csv.Error as exc:
-            raise FormatError(f"manifest {text!r} is not valid CSV: {exc}") from None
 
     return ListSource({"source": "manifest", "path": text, "format": kind}, load)
 
 
-def _read_manifest(path: str, kind: str) -> list[Any]:
-    if kind == "jsonl":
-        return _read_jsonl(path)
-    if kind == "csv":
-        with open(path, newline="", encoding="utf-8") as handle:
-            return list(csv.DictReader(handle))
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
+def _check_manifest(path: str) -> None:
+    """Refuse a missing path, or one that is not a regular file (a FIFO would block the
+    open, ``/dev/zero`` never ends), by name."""
     try:
-        table = pq.read_table(path)
-        table.validate(full=True)  # damaged offsets would crash to_pylist
-        return table.to_pylist()
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        if isinstance(exc, PermissionError | DataioError):
-            raise
-        raise FormatError(f"manifest {path!r} is not a readable Parquet file: {exc}") from None
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):  # ValueError: a NUL byte in the path
+        raise NotFoundError(f"manifest {path!r} does not exist") from None
+    check_regular(path, mode, "manifest")
 
 
 def _manifest_format(path: str) -> str:
@@ -171,10 +167,13 @@ def _read_jsonl(path: str) -> list[Any]:
                 continue
             try:
                 rows.append(json.loads(line))
-            except (json.JSONDecodeError, RecursionError) as exc:
-                reason = getattr(exc, "msg", "nested too deeply")
-                raise DataioError(
-                    f"manifest {path!r} line {number} is not valid JSON ({reason}); "
+            except json.JSONDecodeError as exc:
+                raise FormatError(
+                    f"manifest {path!r} line {number} is not valid JSON ({exc.msg}); "
                     "a JSON-lines manifest holds one object per line"
+                ) from None
+            except RecursionError:
+                raise FormatError(
+                    f"manifest {path!r} line {number} nests too deeply to parse"
                 ) from None
     return rows

@@ -67,9 +67,9 @@ def test_damaged_parquet_manifest_is_a_format_error(tmp_path: Path) -> None:
         dataio.manifest(path).rows()
 
 
-def test_directory_manifest_is_a_format_error(tmp_path: Path) -> None:
+def test_directory_manifest_is_a_dataio_error(tmp_path: Path) -> None:
     (tmp_path / "m.csv").mkdir()
-    with pytest.raises(FormatError, match="not a regular file"):
+    with pytest.raises(DataioError, match=r"m\.csv.*not a regular file"):
         dataio.manifest(tmp_path / "m.csv").rows()
 
 
