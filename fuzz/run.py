@@ -75,16 +75,18 @@ def inputs(
         n += 1
 
 
-def table(counts: dict[str, Counter[str]]) -> str:
-    """The campaign's counts: one row per target, one column per outcome."""
-    head = ["target", "calls", *OUTCOMES]
-    rows = [head]
-    for target, counter in counts.items():
-        rows.append([target, str(sum(counter.values())), *(str(counter[k]) for k in OUTCOMES)])
+def table(counts: dict[str, Counter[str]], millis: Counter[str]) -> str:
+    """The campaign's counts: one row per target, one column per outcome, mean time."""
+    head = ["target", "calls", *OUTCOMES, "ms/call"]
     total = Counter[str]()
     for counter in counts.values():
         total.update(counter)
-    rows.append(["total", str(sum(total.values())), *(str(total[k]) for k in OUTCOMES)])
+    rows = [head]
+    for target, counter in [*counts.items(), ("total", total)]:
+        calls = sum(counter.values())
+        spent = sum(millis.values()) if target == "total" else millis[target]
+        mean = f"{spent / calls:.0f}" if calls else "-"
+        rows.append([target, str(calls), *(str(counter[k]) for k in OUTCOMES), mean])
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = [
         "  ".join(
@@ -93,6 +95,7 @@ def table(counts: dict[str, Counter[str]]) -> str:
         for r in rows
     ]
     lines.insert(1, "-" * len(lines[0]))
+    lines.insert(len(lines) - 1, "-" * len(lines[0]))
     return "\n".join(lines)
 
 
@@ -121,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     warm()
     findings = Path(args.findings)
     counts: dict[str, Counter[str]] = {t: Counter() for t in targets}
+    millis = Counter[str]()
     seen: dict[str, Outcome] = {}
     deadline = time.monotonic() + args.minutes * 60
     calls = 0
@@ -148,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
                 break
             for (target, n), outcome in harness.wait():
                 counts[target][outcome.kind] += 1
+                millis[target] += round(outcome.seconds * 1000)
                 key = f"{target}:{outcome.signature()}"
                 if outcome.bad and key not in seen:
                     seen[key] = outcome
@@ -159,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted")
     finally:
         harness.close()
-    print(table(counts))
+    print(table(counts, millis))
     findings.mkdir(parents=True, exist_ok=True)
     summary = {
         key: {"kind": o.kind, "stage": o.stage, "error": o.error_type, "message": o.message[:500]}
