@@ -98,7 +98,6 @@ class Outcome:
     traceback: str = ""
     stage: str = ""
     seconds: float = 0.0
-    stages: list[str] = field(default_factory=list)
 
     @property
     def bad(self) -> bool:
@@ -119,7 +118,6 @@ class Outcome:
 
 _stage: list[str] = [""]
 _report_fd: list[int] = [-1]
-_stages_done: list[str] = []
 
 
 def set_stage(name: str) -> None:
