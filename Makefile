@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: demo test lint typecheck unit bench fuzz clean system-deps tools
+.PHONY: demo test lint typecheck unit bench asan fuzz clean system-deps tools
 
 # Azurite (the Azure Blob emulator) for the az:// tests, from npm into a git-ignored
 # folder. 3.36+ needs node >= 21; Debian's node is 20.
@@ -77,6 +77,33 @@ FUZZ_SEED ?= 0
 FUZZ_JOBS ?= 1
 fuzz: $(VENV)/.test
 	$(PY) fuzz/run.py --minutes $(FUZZ_MINUTES) --seed $(FUZZ_SEED) --jobs $(FUZZ_JOBS) $(if $(FUZZ_TARGETS),--targets $(FUZZ_TARGETS))
+
+# The C extensions built with AddressSanitizer and UBSan into a copy of the package under
+# build/asan (the normal .so files stay as they are), then the kernel tests (tests/udfs)
+# that reach them and, where the fuzz replay exists, the fuzz corpus, run against that copy.
+ASAN_DIR := build/asan
+ASAN_TESTS := $(addprefix tests/udfs/test_,image.py jpeg_region.py resample.py audio.py \
+	hostile_image.py hostile_audio.py c_hygiene.py batch.py)
+ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g
+ASAN_ENV = LD_PRELOAD="$$(gcc -print-file-name=libasan.so)" \
+	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	PYTHONPATH="$(CURDIR)/$(ASAN_DIR)" PYTHONDONTWRITEBYTECODE=1
+asan: $(VENV)/.test
+	rm -rf $(ASAN_DIR) && mkdir -p $(ASAN_DIR)
+	cp -r dataio tests pyproject.toml $(ASAN_DIR)/
+	if [ -d fuzz ]; then cp -r fuzz $(ASAN_DIR)/; fi
+	find $(ASAN_DIR) -name '*.so' -delete
+	cd $(ASAN_DIR) && CFLAGS="$(ASAN_FLAGS)" LDFLAGS="$(ASAN_FLAGS)" \
+		$(abspath $(PY)) -c "from setuptools import setup; setup()" build_ext --inplace -q
+	test -f $(ASAN_DIR)/dataio/udfs/_jpeg*.so  # optional in a normal build, required here
+	cd $(ASAN_DIR) && $(ASAN_ENV) $(abspath $(PY)) -c \
+		"import dataio, sys; sys.exit(not dataio.__file__.startswith('$(CURDIR)/$(ASAN_DIR)/'))"
+	cd $(ASAN_DIR) && $(ASAN_ENV) $(abspath $(PY)) -m pytest $(ASAN_TESTS) -p no:cacheprovider
+	@if [ -d $(ASAN_DIR)/tests/fuzz ]; then \
+		cd $(ASAN_DIR) && $(ASAN_ENV) $(abspath $(PY)) -m pytest tests/fuzz -q -p no:cacheprovider; \
+	else \
+		echo "make asan: no tests/fuzz here, the fuzz corpus replay is skipped"; \
+	fi
 
 clean:
 	rm -rf $(VENV) .demo-data .bench-data $(TOOLS)

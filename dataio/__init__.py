@@ -31,6 +31,7 @@ os.environ.setdefault("MIMALLOC_PURGE_DELAY", "1000")
 from dataio import batch_transforms, cond, decoders, limits, testing, transforms
 from dataio.batch import Batch
 from dataio.custom import custom_op
+from dataio.dataloader import DataLoader
 from dataio.exceptions import (
     AuthenticationError,
     BatchFailedError,
@@ -99,11 +100,13 @@ from dataio.pipeline import (
     Pipeline,
     Slot,
     batch,
+    chain,
     collate,
     group_by,
     map,
     pipeline,
     slot,
+    slots,
 )
 from dataio.sources import (
     IndexedSource,
@@ -133,6 +136,7 @@ __all__ = [
     "BatchFailedError",
     "BoundPipeline",
     "CheckpointError",
+    "DataLoader",
     "DataioError",
     "DecodeError",
     "DeviceError",
@@ -165,6 +169,7 @@ __all__ = [
     "batch",
     "batch_transforms",
     "capabilities",
+    "chain",
     "col",
     "collate",
     "cond",
@@ -216,6 +221,7 @@ __all__ = [
     "scan_parquet",
     "scan_tfrecord",
     "slot",
+    "slots",
     "sql",
     "sql_context",
     "stream",
@@ -269,4 +275,8 @@ def __getattr__(name: str) -> Any:
         from dataio.loader import Loader
 
         return Loader
+    if name == "torch":  # dataio.torch imports torch: only when asked for
+        import importlib
+
+        return importlib.import_module("dataio.torch")
     raise AttributeError(f"module 'dataio' has no attribute {name!r}")

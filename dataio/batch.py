@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 from typing import Any
 
 from dataio.exceptions import DataioError, FieldError
@@ -10,15 +10,22 @@ from dataio.exceptions import DataioError, FieldError
 __all__ = ["Batch"]
 
 
-class Batch:
-    """One batch: slot columns plus per-row metadata.
+class Batch(Mapping[str, Any]):
+    """One batch: a read-only mapping of slot name to column, plus per-row metadata.
 
-    ``batch["image"]`` is a tensor slot's array (or torch tensor), or a passthrough
-    slot's list of Python values. Rows that failed under ``on_failure="skip"`` are not
-    in the columns; their errors are in :attr:`errors`.
+    ``batch["image"]`` is a tensor slot's array (or torch tensor); a passthrough slot of
+    numbers or bools is an array (tensor) of their dtype, other passthrough values stay
+    a list. Rows that failed under ``on_failure="skip"`` are not in the columns; their
+    errors are in :attr:`errors`.
+
+    As a :class:`~collections.abc.Mapping`, ``batch.keys()`` are the slot names and
+    ``dict(batch)`` the columns, so torch and Lightning collection helpers accept it;
+    ``len(batch)`` stays the number of rows. :meth:`to` and :meth:`pin_memory` follow
+    torch's protocols, so ``move_data_to_device`` and a ``DataLoader``'s pin-memory
+    thread move the batch whole, metadata included.
 
     Attributes:
-        keys: each surviving row's ``key`` field (``None`` when the record has none).
+        row_keys: each surviving row's ``key`` field (``None`` when the record has none).
         indices: each surviving row's record index in the stream.
         errors: the :class:`~dataio.exceptions.DataioError` of each dropped row.
         sizes: per image slot, each row's source ``(height, width)`` before transforms.
@@ -56,9 +63,12 @@ class Batch:
             )
 
     @property
-    def keys(self) -> list[Any]:
-        """Each row's ``key`` field (``None`` when the record has none)."""
-        self._unmixed("batch.keys")
+    def row_keys(self) -> list[Any]:
+        """Each row's ``key`` field (``None`` when the record has none).
+
+        ``batch.keys()`` is the mapping's: the slot names.
+        """
+        self._unmixed("batch.row_keys")
         return self._keys
 
     @property
@@ -88,16 +98,66 @@ class Batch:
     def __contains__(self, slot: object) -> bool:
         return slot in self._columns
 
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._columns)
+
     def __len__(self) -> int:
+        """The number of rows (not of slots: use ``len(batch.slots)`` for those)."""
         return len(self._indices)
 
-    def items(self) -> Iterator[tuple[str, Any]]:
-        """Iterate over ``(slot name, column)`` pairs (per-record values raise after mixing)."""
-        return iter((name, self[name]) for name in self._columns)
+    def keys(self) -> KeysView[str]:
+        """The slot names, in pipeline order (row keys are :attr:`row_keys`)."""
+        return self._columns.keys()
+
+    def items(self) -> ItemsView[str, Any]:
+        """``(slot name, column)`` pairs (per-record values raise after mixing)."""
+        return _Items(self)
+
+    def values(self) -> ValuesView[Any]:
+        """The columns, in slot order (per-record values raise after mixing)."""
+        return _Values(self)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the columns as a plain dict."""
-        return dict(self.items())
+        return {name: self[name] for name in self._columns}
+
+    def to(self, *args: Any, **kwargs: Any) -> Batch:
+        """Move tensor columns with ``Tensor.to(*args, **kwargs)``; others are kept.
+
+        Follows torch's ``.to`` protocol, so Lightning's ``move_data_to_device`` and
+        Accelerate's ``send_to_device`` move a batch whole, metadata included.
+
+        Example:
+            >>> batch = batch.to("cuda:0", non_blocking=True)  # doctest: +SKIP
+        """
+        return self._map_tensors(lambda tensor: tensor.to(*args, **kwargs))
+
+    def pin_memory(self, device: Any = None) -> Batch:
+        """Copy tensor columns into page-locked host memory (torch's pin-memory protocol).
+
+        A torch ``DataLoader(pin_memory=True)`` calls this on its pin-memory thread.
+
+        Example:
+            >>> batch = batch.pin_memory()  # doctest: +SKIP
+        """
+        return self._map_tensors(lambda tensor: tensor.pin_memory())
+
+    def _map_tensors(self, fn: Any) -> Batch:
+        import sys
+
+        torch = sys.modules.get("torch")  # no tensor columns unless torch is loaded
+        if torch is None:
+            return self
+        columns = {
+            name: fn(column) if isinstance(column, torch.Tensor) else column
+            for name, column in self._columns.items()
+        }
+        return self.with_columns(columns)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other  # columns are arrays: element-wise ``==`` has no truth value
+
+    __hash__ = object.__hash__
 
     def with_columns(self, columns: dict[str, Any], **changes: Any) -> Batch:
         """Return a batch with new columns; metadata is kept unless given in ``changes``."""
@@ -124,3 +184,21 @@ class Batch:
         errors = f", errors={len(self.errors)}" if self.errors else ""
         mixed = f", mixed_by={self.mixed_by}" if self.mixed_by else ""
         return f"Batch(rows={len(self)}, {', '.join(parts)}{errors}{mixed})"
+
+
+class _Items(ItemsView[str, Any]):
+    """Items of a batch; sized by its slots, not its rows."""
+
+    _mapping: Batch
+
+    def __len__(self) -> int:
+        return len(self._mapping.slots)
+
+
+class _Values(ValuesView[Any]):
+    """Columns of a batch; sized by its slots, not its rows."""
+
+    _mapping: Batch
+
+    def __len__(self) -> int:
+        return len(self._mapping.slots)

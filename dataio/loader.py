@@ -16,7 +16,7 @@ from dataio.engine.export import to_arrow, to_torch
 from dataio.engine.lower import lower
 from dataio.engine.state import LoaderState, validate_state
 from dataio.engine.stream import ShardSpec, plan_chunks
-from dataio.exceptions import DataioError, PlanError
+from dataio.exceptions import BatchFailedError, DataioError, PlanError
 from dataio.pipeline import BatchStage, Pipeline
 from dataio.sources import Source
 from dataio.sources import records as records_source
@@ -111,6 +111,8 @@ class Loader:
         self._executor: Executor | None = None
         self._arrow_peek: Any = None
         self._closed = False
+        #: narrows each pass's chunks (dataio.torch gives each worker its own batches)
+        self.select_chunks: Callable[[Iterator[Any]], Iterator[Any]] | None = None
 
     # -- passes ----------------------------------------------------------------------
 
@@ -119,6 +121,8 @@ class Loader:
             raise DataioError("the loader is closed; call run() again for a new loader")
         if self._executor is None:
             chunks = plan_chunks(self.source, self.plan.shape, self.shard, self._consumed)
+            if self.select_chunks is not None:
+                chunks = self.select_chunks(chunks)
             self._executor = Executor(
                 chunks,
                 self._kernels,
@@ -147,23 +151,14 @@ class Loader:
                 raise StopIteration
             self._consumed = max(self._consumed, job.end)
             return self._deliver(job)
-        except StopIteration:
-            raise
+        except (StopIteration, BatchFailedError):
+            raise  # a failed batch is consumed like any other: the pass goes on
         except BaseException:
             self._end_pass()
             raise
 
     def __iter__(self) -> Iterator[Any]:
-        self._start_pass()
-        try:
-            while True:
-                try:
-                    item = next(self)
-                except StopIteration:
-                    return
-                yield item
-        finally:
-            self._end_pass()
+        return _Pass(self)
 
     def __len__(self) -> int:
         """Batches in a full pass for this rank, when the source length is known."""
@@ -295,6 +290,42 @@ class Loader:
 
         reader = pa.RecordBatchReader.from_batches(first.schema, batches())
         return reader.__arrow_c_stream__(requested_schema)
+
+
+class _Pass:
+    """The iterator of one pass. Not a generator: one survives a ``BatchFailedError``,
+    so ``next()`` after catching it yields the next batch. Dropping it (a ``break``
+    out of a ``for`` loop) ends the pass it started, as a generator's ``finally`` would.
+    """
+
+    def __init__(self, loader: Loader) -> None:
+        self._loader: Loader | None = loader
+        self._executor: Executor | None = loader._start_pass()
+
+    def __iter__(self) -> _Pass:
+        return self
+
+    def __next__(self) -> Any:
+        if self._loader is None:
+            raise StopIteration
+        try:
+            item = next(self._loader)
+        except BatchFailedError:
+            raise
+        except BaseException:
+            self.close()
+            raise
+        self._executor = self._loader._executor
+        return item
+
+    def close(self) -> None:
+        """End the pass this iterator started (not a later one)."""
+        loader, self._loader = self._loader, None
+        if loader is not None and loader._executor is self._executor:
+            loader._end_pass()
+
+    def __del__(self) -> None:
+        self.close()
 
 
 def _as_arrow(item: Any) -> Any:

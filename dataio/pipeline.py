@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -33,12 +33,15 @@ __all__ = [
     "Map",
     "Pipeline",
     "Slot",
+    "Chain",
     "batch",
+    "chain",
     "collate",
     "group_by",
     "map",
     "pipeline",
     "slot",
+    "slots",
 ]
 
 PLAN_VERSION = 1
@@ -120,7 +123,7 @@ class Slot:
         """The record field this slot reads (its name unless ``field=`` was given)."""
         return self.field_name or self.name
 
-    def then(self, *ops: Op) -> Slot:
+    def then(self, *ops: Op | Chain) -> Slot:
         """Append ops built by :mod:`dataio.decoders` / :mod:`dataio.transforms`.
 
         Example:
@@ -130,10 +133,8 @@ class Slot:
         """
         if self.passthrough_values:
             raise PlanError(f"slot {self.name!r} is a passthrough; it takes no ops")
-        for op in ops:
-            if not isinstance(op, Op):
-                raise PlanError(f"slot {self.name!r}: expected an op, got {op!r}")
-        chain = self.ops + tuple(ops)
+        ops = _flatten_ops(self.name, ops)
+        chain = self.ops + ops
         _validate_chain(self.name, chain)
         return replace(self, ops=chain)
 
@@ -286,7 +287,11 @@ class Slot:
         return replace(self, ops=chain)
 
     def passthrough(self) -> Slot:
-        """Deliver the field's Python values unchanged, as a list in row order.
+        """Deliver the field's Python values: numbers or bools as an array of their dtype.
+
+        A column of Python ints becomes int64, of floats float64, of bools bool (tensors
+        under ``run("torch")``); NumPy scalars keep their dtype. Other values (strings,
+        ``None``, mixed kinds) stay a list in row order.
 
         Example:
             >>> dataio.slot("label").passthrough()
@@ -316,6 +321,68 @@ class Slot:
         if self.passthrough_values:
             return head + ".passthrough()"
         return head + "".join(f".{op!r}" for op in self.ops)
+
+
+class Chain(Slot):
+    """A reusable op chain without a field: the slot methods, applied to no slot yet.
+
+    Build it like a slot, then give it to :func:`slots` or ``slot(...).then(chain)``.
+    """
+
+    def __repr__(self) -> str:
+        if self.passthrough_values:
+            return "chain().passthrough()"
+        return "chain()" + "".join(f".{op!r}" for op in self.ops)
+
+
+def _flatten_ops(name: str, ops: Sequence[Any]) -> tuple[Op, ...]:
+    flat: list[Op] = []
+    for op in ops:
+        if isinstance(op, Chain):
+            if op.passthrough_values:
+                raise PlanError(f"slot {name!r}: a passthrough chain has no ops to apply")
+            flat.extend(op.ops)
+        elif isinstance(op, Op):
+            flat.append(op)
+        else:
+            raise PlanError(f"slot {name!r}: expected an op or a chain, got {op!r}")
+    return tuple(flat)
+
+
+def chain(*ops: Op | Chain) -> Chain:
+    """A reusable chain of ops, built with the slot methods or from ops and chains.
+
+    Example:
+        >>> augment = dataio.chain().decode_image().resize_short(64).center_crop(h=56, w=56)
+        >>> dataio.slot("image").then(augment)
+        slot('image').decode_image(mode='rgb').resize_short(size=64).center_crop(h=56, w=56)
+    """
+    empty = Chain("chain")
+    return empty.then(*ops) if ops else empty  # type: ignore[return-value]  # replace() keeps Chain
+
+
+def slots(
+    *names: str, chain: Chain | Op | Sequence[Op] = (), optional: bool = False
+) -> tuple[Slot, ...]:
+    """Several slots sharing one chain (a passthrough chain makes passthrough slots).
+
+    ``dataio.pipeline`` takes the returned tuple as one stage.
+
+    Example:
+        >>> left, right = dataio.slots("left", "right", chain=dataio.chain().decode_image())
+        >>> right
+        slot('right').decode_image(mode='rgb')
+    """
+    if not names:
+        raise PlanError("slots() needs at least one slot name")
+    made = []
+    for name in names:
+        one = slot(name, optional=optional)
+        if isinstance(chain, Chain) and chain.passthrough_values:
+            made.append(one.passthrough())
+        else:
+            made.append(one.then(*(chain if isinstance(chain, Sequence) else (chain,))))
+    return tuple(made)
 
 
 @dataclass(frozen=True)
@@ -380,8 +447,12 @@ def _validate_chain(name: str, ops: tuple[Op, ...]) -> None:
         _decoder_check(name, ops[0], ops[1:])
     normalize = next((op for op in ops if op.kind == "normalize"), None)
     out = next((op for op in ops if op.kind == "output"), None)
-    if normalize is not None and out is not None and out.param("dtype") == "uint8":
-        raise PlanError(f"slot {name!r}: normalize produces float32; drop output(dtype='uint8')")
+    dtype = None if out is None else out.param("dtype")
+    if normalize is not None and dtype is not None and not dtype.startswith(("float", "bfloat")):
+        raise PlanError(
+            f"slot {name!r}: normalize produces floats; output(dtype={dtype!r}) would "
+            "truncate them: pick float32, float16 or bfloat16, or drop normalize"
+        )
 
 
 def slot(name: str, *, field: str | None = None, optional: bool = False) -> Slot:
@@ -450,7 +521,7 @@ def group_by(key: str, *, prefetch: int = 2) -> GroupByStage:
     return GroupByStage(key, positive_int(prefetch, "group_by prefetch"))
 
 
-Stage = Map | Slot | BatchStage | CollateStage | GroupByStage | Op
+Stage = Map | Slot | BatchStage | CollateStage | GroupByStage | Op | tuple[Slot, ...]
 
 
 @dataclass(frozen=True)
@@ -522,7 +593,13 @@ def pipeline(*stages: Stage) -> Pipeline:
     batch_maps: list[Map] = []
     batch_ops: list[Op] = []
     shape: ShapeStage | None = None
+    stages = tuple(s for group in stages for s in (group if isinstance(group, tuple) else (group,)))
     for position, stage in enumerate(stages):
+        if isinstance(stage, Chain):
+            raise PlanError(
+                f"{stage!r} has no record field; apply it with dataio.slots(...) or "
+                "dataio.slot(name).then(chain)"
+            )
         if isinstance(stage, Map):
             (record_maps if shape is None else batch_maps).append(stage)
         elif isinstance(stage, Slot):
@@ -617,7 +694,12 @@ class BoundPipeline:
                 to ranks; ``pad=True`` gives every rank the same count by repeating its
                 first record, ``pad=False`` drops the incomplete last round.
             max_prefetch_bytes: bound on bytes of finished or pending batch buffers.
-            device: for ``"torch"``, a device such as ``"cuda:0"`` to move tensors to.
+            device: for ``"torch"``, the device tensors are delivered on: ``"cpu"``, or
+                an accelerator such as ``"cuda:0"`` (CUDA copies go through reused pinned
+                buffers, each reused only after its copy finished).
+
+        Raises:
+            DeviceError: ``device`` is not a torch device or is absent on this host.
 
         Example:
             >>> with pipe.bind(records).run("numpy") as loader:  # doctest: +SKIP
@@ -626,6 +708,10 @@ class BoundPipeline:
         """
         from dataio.loader import Loader
 
+        if device is not None and output == "torch":
+            from dataio.engine.export import check_device
+
+            check_device(device)
         return Loader(
             self.pipeline,
             self.records,

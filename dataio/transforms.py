@@ -48,7 +48,17 @@ __all__ = [
 
 Layout = Literal["HWC", "CHW"]
 LAYOUTS = ("HWC", "CHW")
-DTYPES = ("uint8", "float32")
+#: image output dtypes: uint8 and wider integers hold pixels, floats also normalized ones
+DTYPES = ("uint8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64")
+#: array cast targets of :func:`to_dtype`
+CAST_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", *DTYPES[4:])
+OutputDType = Literal[
+    "uint8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"
+]
+CastDType = Literal[
+    "bool", "uint8", "int8", "int16", "int32", "int64",
+    "float16", "bfloat16", "float32", "float64",
+]  # fmt: skip
 NORMALIZE_PRESETS = {"imagenet": (IMAGENET_MEAN, IMAGENET_STD)}
 
 
@@ -207,12 +217,14 @@ def normalize(
     )
 
 
-def output(*, dtype: Literal["uint8", "float32"] | None = None, layout: Layout | None = None) -> Op:
+def output(*, dtype: OutputDType | None = None, layout: Layout | None = None) -> Op:
     """Choose the slot tensor's dtype and layout.
 
     Without ``normalize`` a decoded image leaves as ``uint8`` HWC; ask for ``"CHW"`` to
-    move normalization to the GPU on a compact, channel-first tensor. ``float32`` without
-    ``normalize`` keeps the 0-255 pixel values.
+    move normalization to the GPU on a compact, channel-first tensor. Other dtypes
+    without ``normalize`` keep the 0-255 pixel values (``int16``..``int64``, floats);
+    after ``normalize`` only float dtypes apply (``float16``/``bfloat16`` halve the
+    batch; they are computed in float32 and rounded once). ``bfloat16`` needs ml_dtypes.
 
     Example:
         >>> dataio.transforms.output(dtype="uint8", layout="CHW")
@@ -298,8 +310,13 @@ def color_jitter(
     return make_op("color_jitter", "array", random=True, applies_to=IMAGE_ONLY, **values)
 
 
-def to_dtype(dtype: Literal["uint8", "float32", "float16"], *, scale: bool = False) -> Op:
+def to_dtype(dtype: CastDType, *, scale: bool = False) -> Op:
     """Cast the decoded array; ``scale=True`` maps uint8 0..255 to and from float 0..1.
+
+    Targets: ``bool``, ``uint8`` (clipped and rounded, as for pixels), ``int8`` to
+    ``int64`` (floats truncate toward zero as in NumPy and torch; values that do not fit
+    raise instead of wrapping), ``float16``, ``bfloat16`` (needs ml_dtypes), ``float32``
+    and ``float64``.
 
     Example:
         >>> dataio.transforms.to_dtype("float32", scale=True)
@@ -309,7 +326,7 @@ def to_dtype(dtype: Literal["uint8", "float32", "float16"], *, scale: bool = Fal
         "to_dtype",
         "array",
         applies_to=ARRAYS,
-        dtype=choice(dtype, ("uint8", "float32", "float16"), "to_dtype dtype"),
+        dtype=choice(dtype, CAST_DTYPES, "to_dtype dtype"),
         scale=bool(scale),
     )
 

@@ -29,7 +29,7 @@ class Squares:
 
 def collate(batch: dataio.Batch) -> dict:
     """A custom Python collator after the native stage."""
-    return {"keys": batch.keys, "total": sum(batch["value"])}
+    return {"keys": batch.row_keys, "total": sum(batch["value"])}
 
 
 def main() -> None:

@@ -71,8 +71,8 @@ def main() -> None:
         again = pipe.bind(records).run("numpy", seed=0)
         expected = [b["label"] for b in again][1:]
         got = [b["label"] for b in resumed]
-        print("first batch keys:", first.keys[:3], "...")
-        print("resumed exactly:", all(a == b for a, b in zip(got, expected, strict=True)))
+        print("first batch keys:", first.row_keys[:3], "...")
+        print("resumed exactly:", all((a == b).all() for a, b in zip(got, expected, strict=True)))
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ def main() -> None:
     pipe = dataio.pipeline(dataio.slot("payload").passthrough(), dataio.batch(3))
     with pipe.bind(records).run() as loader:
         for batch in loader:
-            print(batch.keys, batch["payload"])
+            print(batch.row_keys, batch["payload"])
     print("source signature:", records.signature()[:16])
 
 

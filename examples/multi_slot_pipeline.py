@@ -36,7 +36,7 @@ def main() -> None:
             dataio.slot("caption").decode_text(),
             dataio.slot("label").passthrough(),
             dataio.batch(4, drop_last=True),
-            dataio.map(lambda b: (b["image"], b["label"], b["caption"], b.keys)),
+            dataio.map(lambda b: (b["image"], b["label"], b["caption"], b.row_keys)),
         )
         print(pipe.explain())
         with pipe.bind(raw).run("numpy", seed=7) as loader:

@@ -30,7 +30,7 @@ def main() -> None:
         )
         with pipe.bind(records).run("numpy") as loader:
             for batch in loader:
-                print(batch.keys, batch["latent"].shape, batch["latent"].dtype)
+                print(batch.row_keys, batch["latent"].shape, batch["latent"].dtype)
 
         state = {f"layer.{i}.weight": rng.standard_normal((64, 64), np.float32) for i in range(8)}
         dataio.write_safetensors(

@@ -296,7 +296,7 @@ def test_padding_keeps_metadata_and_adds_a_mask() -> None:
     (batch,) = rows(pipe.bind(vector_records([2, 4, 1])).run())
     np.testing.assert_array_equal(batch["x"], [[0, 1, -1, -1], [10, 11, 12, 13], [20, -1, -1, -1]])
     np.testing.assert_array_equal(batch["x_mask"], [[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]])
-    assert batch.keys == ["r0", "r1", "r2"] and batch["label"] == [0, 1, 2]
+    assert batch.row_keys == ["r0", "r1", "r2"] and batch["label"].tolist() == [0, 1, 2]
 
 
 def test_shuffle_moves_metadata_with_rows_and_is_seeded() -> None:
@@ -310,7 +310,7 @@ def test_shuffle_moves_metadata_with_rows_and_is_seeded() -> None:
     (batch,) = rows(pipe.bind(records).run(seed=3))
     assert sorted(batch.indices) == list(range(6)) and batch.indices != list(range(6))
     for row, index in enumerate(batch.indices):
-        assert batch.keys[row] == f"r{index}" and batch["label"][row] == index % 3
+        assert batch.row_keys[row] == f"r{index}" and batch["label"][row] == index % 3
         assert batch["x"][row][0] == 10 * index
     (again,) = rows(pipe.bind(records).run(seed=3))
     assert again.indices == batch.indices
@@ -353,7 +353,7 @@ def test_mixup_by_hand_and_metadata_rules() -> None:
     np.testing.assert_allclose(batch["label"], lam * labels + (1 - lam) * labels[perm], rtol=1e-6)
     assert len(batch) == 4 and "mixed_by=mixup" in repr(batch)
     for read in (
-        lambda: batch.keys,
+        lambda: batch.row_keys,
         lambda: batch.indices,
         lambda: batch.sizes,
         lambda: batch["note"],

@@ -38,7 +38,7 @@ def test_demo_runs_on_a_small_set(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "24 images ->" in result.stdout and "images/s" in result.stdout
-    assert "Batch(rows=24, image: float32[24, 3, 224, 224], label: list[24])" in result.stdout
+    assert "Batch(rows=24, image: float32[24, 3, 224, 224], label: int64[24])" in result.stdout
 
 
 def test_readme_python_blocks_run() -> None:

@@ -239,8 +239,8 @@ BAD_PARAMS: list[tuple[Callable[[], Op], str]] = [
     ),
     (lambda: transforms.output(), r"output needs dtype= or layout="),
     (
-        lambda: transforms.output(dtype="float16"),
-        r"output dtype must be one of \['uint8', 'float32'\], got 'float16'",
+        lambda: transforms.output(dtype="bool"),
+        r"output dtype must be one of \['uint8', 'int16', .*'float64'\], got 'bool'",
     ),
     (
         lambda: transforms.output(layout="chw"),

@@ -2,30 +2,207 @@
 
 from __future__ import annotations
 
+import itertools
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from dataio.batch import Batch
-from dataio.exceptions import DataioError
+from dataio.exceptions import DataioError, DeviceError
 
-__all__ = ["to_arrow", "to_torch"]
+__all__ = ["PinnedRing", "check_device", "to_arrow", "to_torch"]
 
 
-def to_torch(batch: Batch, device: str | None = None) -> Batch:
-    """Convert array columns to torch tensors without copying (``torch.from_numpy``)."""
+def check_device(device: Any) -> Any:
+    """Validate a ``run("torch", device=...)`` target; returns the ``torch.device``.
+
+    ``"cpu"`` always works; an accelerator must be present (``"cuda:1"`` on a
+    one-GPU host, ``"mps"`` off Apple silicon and unknown names raise).
+
+    Raises:
+        DeviceError: the string is not a torch device, or the device is absent.
+    """
     import torch
 
+    try:
+        target = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise DeviceError(
+            f"device {device!r} is not a torch device ({exc}); use 'cpu', 'cuda' or 'cuda:N'"
+        ) from exc
+    if target.type == "cpu":
+        return target
+    count = _device_count(torch, target.type)
+    if count == 0:
+        raise DeviceError(
+            f"device {device!r} is not available on this host (torch {torch.__version__} "
+            f"finds no {target.type} device); use device='cpu' or run on a host that has one"
+        )
+    if target.index is not None and target.index >= count:
+        raise DeviceError(
+            f"device {device!r} does not exist: this host has {count} {target.type} "
+            f"device(s), numbered 0 to {count - 1}"
+        )
+    return target
+
+
+def _device_count(torch: Any, kind: str) -> int:
+    if kind == "cuda":
+        return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+    if kind == "mps":
+        return 1 if torch.backends.mps.is_available() else 0
+    backend = getattr(torch, kind, None)  # xpu, npu, ...: torch.<kind>.device_count()
+    try:
+        return int(backend.device_count()) if backend is not None else 0
+    except (AttributeError, RuntimeError):
+        return 0
+
+
+class PinnedRing:
+    """Pinned host staging buffers, reused only once their device copy has finished.
+
+    Each ``(shape, dtype)`` gets up to ``depth`` buffers. After a buffer's
+    host-to-device copy is enqueued, :meth:`release` records an event on the copying
+    stream; the buffer is handed out again only when that event has completed
+    (waiting on the oldest one when all are busy), so a later batch never overwrites
+    host memory an earlier copy still reads.
+
+    ``allocate(shape, dtype)`` makes a pinned buffer and ``record()`` an event
+    recorded on the current stream, with ``query()`` and ``synchronize()``; both are
+    parameters so the reuse logic runs without a GPU in tests.
+    """
+
+    def __init__(
+        self,
+        allocate: Callable[[tuple[int, ...], Any], Any],
+        record: Callable[[], Any],
+        *,
+        depth: int = 3,
+        shapes: int = 8,
+    ) -> None:
+        self._allocate = allocate
+        self._record = record
+        self._depth = depth
+        self._shapes = shapes
+        self._rings: OrderedDict[tuple[Any, ...], list[_Staged]] = OrderedDict()
+        self._owners: dict[int, _Staged] = {}
+        self._order = itertools.count()
+        self._lock = threading.Lock()
+
+    def acquire(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        """A buffer of ``shape``/``dtype`` no pending copy reads; yours until :meth:`release`."""
+        with self._lock:
+            ring = self._ring((tuple(shape), dtype))
+            idle = [s for s in ring if not s.claimed]
+            done = next((s for s in idle if s.event is None or s.event.query()), None)
+            if done is None and len(ring) < self._depth:
+                done = _Staged(self._allocate(tuple(shape), dtype))
+                ring.append(done)
+                self._owners[id(done.buffer)] = done
+            if done is not None:
+                done.claimed, done.event = True, None
+                return done.buffer
+            if not idle:  # all claimed by other threads' copies: stage privately
+                return self._allocate(tuple(shape), dtype)
+            oldest = min(idle, key=lambda s: s.order)
+            oldest.claimed = True
+        oldest.event.synchronize()  # outside the lock: other shapes keep flowing
+        oldest.event = None
+        return oldest.buffer
+
+    def release(self, buffer: Any) -> None:
+        """Record, on the current stream, the end of the copy that reads ``buffer``."""
+        event = self._record()
+        with self._lock:
+            staged = self._owners.get(id(buffer))
+            if staged is not None and staged.buffer is buffer:
+                staged.event, staged.order, staged.claimed = event, next(self._order), False
+
+    def _ring(self, key: tuple[Any, ...]) -> list[_Staged]:
+        ring = self._rings.pop(key, [])
+        self._rings[key] = ring  # most recently used last
+        while len(self._rings) > self._shapes:
+            _, dropped = self._rings.popitem(last=False)
+            for staged in dropped:  # torch's host allocator frees pinned memory safely
+                self._owners.pop(id(staged.buffer), None)
+        return ring
+
+
+class _Staged:
+    """One staging buffer, the event of its last copy, and whether a copy holds it."""
+
+    __slots__ = ("buffer", "claimed", "event", "order")
+
+    def __init__(self, buffer: Any) -> None:
+        self.buffer = buffer
+        self.claimed = False
+        self.event: Any = None
+        self.order = 0
+
+
+_rings: dict[Any, PinnedRing] = {}
+_rings_lock = threading.Lock()
+
+
+def _cuda_ring(target: Any) -> PinnedRing:
+    """The process's staging ring for one CUDA device, made on first use."""
+    import torch
+
+    with _rings_lock:
+        ring = _rings.get(target)
+        if ring is None:
+
+            def allocate(shape: tuple[int, ...], dtype: Any) -> Any:
+                return torch.empty(shape, dtype=dtype, pin_memory=True)
+
+            def record() -> Any:
+                event = torch.cuda.Event()
+                event.record(torch.cuda.current_stream(target))
+                return event
+
+            ring = _rings[target] = PinnedRing(allocate, record)
+    return ring
+
+
+def to_torch(batch: Batch, device: Any = None) -> Batch:
+    """Convert array columns to torch tensors without copying (``torch.from_numpy``).
+
+    With a CUDA ``device`` each column is staged through a reused pinned buffer and
+    copied asynchronously (see :class:`PinnedRing`); other devices get ``.to(device)``.
+    """
+    import torch
+
+    target = None if device is None else torch.device(device)
     columns: dict[str, Any] = {}
     for name, column in batch._columns.items():
         if isinstance(column, np.ndarray):
-            tensor = torch.from_numpy(column)
-            if device is not None:
-                tensor = tensor.pin_memory().to(device, non_blocking=True)
+            tensor = _tensor(torch, column)
+            if target is not None and target.type == "cuda":
+                tensor = _to_cuda(tensor, target)
+            elif target is not None and target.type != "cpu":
+                tensor = tensor.to(target)
             columns[name] = tensor
         else:
             columns[name] = column
     return batch.with_columns(columns)
+
+
+def _tensor(torch: Any, array: np.ndarray) -> Any:
+    if array.dtype.name == "bfloat16":  # ml_dtypes: torch reads the same bits
+        return torch.from_numpy(array.view(np.uint16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
+
+
+def _to_cuda(tensor: Any, target: Any) -> Any:
+    ring = _cuda_ring(target)
+    host = ring.acquire(tuple(tensor.shape), tensor.dtype)
+    host.copy_(tensor)
+    out = host.to(target, non_blocking=True)
+    ring.release(host)
+    return out
 
 
 def to_arrow(batch: Batch) -> Any:
@@ -42,7 +219,9 @@ def to_arrow(batch: Batch) -> Any:
             continue  # per-record values mean nothing for blended rows
         if hasattr(column, "__dlpack__") and not isinstance(column, np.ndarray):
             column = np.from_dlpack(column)  # a CPU torch tensor: same memory
-        if isinstance(column, np.ndarray):
+        if isinstance(column, np.ndarray) and column.ndim == 1:
+            arrays.append(pa.array(column))  # one number per row: a plain column
+        elif isinstance(column, np.ndarray):
             arrays.append(pa.FixedShapeTensorArray.from_numpy_ndarray(column))
         else:
             try:
@@ -57,7 +236,7 @@ def to_arrow(batch: Batch) -> Any:
     if batch.mixed_by is None:
         arrays.append(pa.array(batch.indices, pa.int64()))
         names.append("__index__")
-        if any(k is not None for k in batch.keys):
-            arrays.append(pa.array(batch.keys))
+        if any(k is not None for k in batch.row_keys):
+            arrays.append(pa.array(batch.row_keys))
             names.append("__key__")
     return pa.RecordBatch.from_arrays(arrays, names=names)

@@ -224,6 +224,12 @@ def translate(exc: BaseException, where: str, path: str | None = None) -> Dataio
         "no such file" in lowered or ("not found" in lowered and "field" not in lowered)
     ):
         return NotFoundError(f"{where}: the file {path!r} is gone: {message}")
+    if "object store error" in lowered:
+        # the storage server failed (went away, timed out, refused), whatever the reader
+        # was parsing at the time: not a format error (dataio.io's rules say which)
+        from dataio.io.errors import translate as translate_io
+
+        return translate_io(RuntimeError(message), path or where, where)
     if path is not None and (
         type(exc).__name__ == "PanicException"
         or (any(k in lowered for k in _READ_ERRORS) and "cast" not in lowered)

@@ -18,7 +18,7 @@ op name maps to its decode function in :data:`DECODERS`; transforms to
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -154,6 +154,8 @@ def image_spec(
     if out is not None:
         dtype = out.param("dtype") or dtype
         layout = out.param("layout") or layout
+    if dtype not in ("uint8", "float32"):  # computed in these, cast once at the end
+        dtype = "float32" if "float" in dtype else "uint8"
     return ImageSpec(
         mode=decoder.param("mode"),
         steps=tuple((op.name, op.params_dict()) for op in steps),
@@ -167,6 +169,29 @@ def image_spec(
 
 
 def _lower_image(slot: Slot) -> SlotKernel:
+    kernel = _lower_image_compute(slot)
+    _, _, tail, _ = _split(slot)
+    out = next((op for op in tail if op.kind == "output"), None)
+    name = None if out is None else out.param("dtype")
+    if name is None or kernel.dtype is None or name == kernel.dtype.name:
+        return kernel
+    from dataio.udfs.arrays import numpy_dtype
+
+    target = numpy_dtype(name)
+    compute = kernel.run
+    assert compute is not None  # an image kernel always runs
+
+    def cast(data: Any, rng: Any, out: Any) -> tuple[Any, tuple[int, ...] | None]:
+        pixels, source = compute(data, rng, None)
+        if out is None:
+            return pixels.astype(target), source
+        np.copyto(out, pixels, casting="unsafe")  # exact for pixels; floats round once
+        return out, source
+
+    return replace(kernel, run=cast, dtype=target)
+
+
+def _lower_image_compute(slot: Slot) -> SlotKernel:
     _, middle, _, _ = _split(slot)
     prefix: tuple[Op, ...] = ()
     for op in middle:

@@ -46,13 +46,50 @@ static void prepare(char *start, Py_ssize_t n) {
 #endif
 }
 
+/* The view's owner: exports the bytes' storage writable and holds a reference to the
+   bytes, so the memoryview keeps them alive however long it outlives the caller's
+   reference (PyMemoryView_FromMemory would hold none: a view used after the bytes were
+   freed would write into freed memory). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *data; /* the bytes object */
+} Filler;
+
+static int filler_getbuffer(PyObject *self, Py_buffer *view, int flags) {
+    PyObject *data = ((Filler *)self)->data;
+    return PyBuffer_FillInfo(view, self, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), 0,
+                             flags);
+}
+
+static void filler_dealloc(PyObject *self) {
+    Py_XDECREF(((Filler *)self)->data);
+    PyObject_Free(self);
+}
+
+static PyBufferProcs filler_as_buffer = {
+    .bf_getbuffer = filler_getbuffer,
+    .bf_releasebuffer = NULL,
+};
+
+static PyTypeObject FillerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "dataio.io._bytes.Filler",
+    .tp_basicsize = sizeof(Filler),
+    .tp_dealloc = filler_dealloc,
+    .tp_as_buffer = &filler_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The writable view's owner: holds the bytes object being filled.",
+};
+
 PyDoc_STRVAR(blank_doc,
 "blank(n) -> (bytes, memoryview)\n"
 "\n"
-"A new, uninitialized bytes object of n > 0 bytes and a writable view of it. Fill all\n"
-"of it and release the view before the bytes object is used anywhere else.");
+"A new, uninitialized bytes object of n > 0 bytes and a writable view of it (the view\n"
+"keeps the bytes alive). Fill all of it and release the view before the bytes object\n"
+"is used anywhere else.");
 
 static PyObject *blank(PyObject *self, PyObject *arg) {
+    (void)self;
     Py_ssize_t n = PyLong_AsSsize_t(arg);
     if (n == -1 && PyErr_Occurred()) {
         return NULL;
@@ -66,7 +103,15 @@ static PyObject *blank(PyObject *self, PyObject *arg) {
         return NULL;
     }
     prepare(PyBytes_AS_STRING(data), n);
-    PyObject *view = PyMemoryView_FromMemory(PyBytes_AS_STRING(data), n, PyBUF_WRITE);
+    Filler *owner = PyObject_New(Filler, &FillerType);
+    if (owner == NULL) {
+        Py_DECREF(data);
+        return NULL;
+    }
+    Py_INCREF(data);
+    owner->data = data;
+    PyObject *view = PyMemoryView_FromObject((PyObject *)owner);
+    Py_DECREF(owner); /* the view holds it now */
     if (view == NULL) {
         Py_DECREF(data);
         return NULL;
@@ -80,7 +125,16 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_bytes", "Bytes objects filled in place by downloads.", -1, methods,
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_bytes",
+    .m_doc = "Bytes objects filled in place by downloads.",
+    .m_size = -1,
+    .m_methods = methods,
 };
 
-PyMODINIT_FUNC PyInit__bytes(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__bytes(void) {
+    if (PyType_Ready(&FillerType) < 0) {
+        return NULL;
+    }
+    return PyModule_Create(&module);
+}

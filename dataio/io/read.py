@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from stat import S_ISREG
 from typing import Any, get_args
 
+from dataio import limits
 from dataio.exceptions import DataioError, DecodeError, FormatError
 from dataio.io.config import redact
 from dataio.io.errors import call
+from dataio.io.local import FLAGS, check_regular, read_bounded
 from dataio.io.uri import parse
 from dataio.io.verbs import ReadFormat, read
 
@@ -43,18 +46,23 @@ def read_bytes(uri: str | os.PathLike[str]) -> bytes:
 
 
 def _read_file(path: str) -> bytes:
-    """A local file's bytes in as few system calls (each a GIL round trip) as possible."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    """A local file's bytes in as few system calls (each a GIL round trip) as possible.
+
+    Only regular files: a FIFO would block, ``/dev/zero`` never ends (see
+    :mod:`dataio.io.local`)."""
+    fd = os.open(path, FLAGS)
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        if not S_ISREG(st.st_mode):
+            check_regular(path, st.st_mode, "read")
+        size = st.st_size
+        if size > limits.get().max_decoded_bytes:
+            limits.check("max_decoded_bytes", size, what=f"reading {path!r}")
         data = os.read(fd, size) if size else b""
         if len(data) == size and size:
             return data
-        # a short read, or a file whose size stat does not know (/proc, pipes): drain it
-        parts = [data]
-        while chunk := os.read(fd, 1 << 20):
-            parts.append(chunk)
-        return b"".join(parts)
+        # a short read, or a file whose size stat does not know (/proc): drain it
+        return read_bounded(fd, path, data)
     finally:
         os.close(fd)
 

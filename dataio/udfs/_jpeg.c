@@ -22,16 +22,19 @@
 #include <string.h>
 
 #include <jpeglib.h>
+#include <jerror.h>
 
 typedef struct {
     struct jpeg_error_mgr pub;
     jmp_buf jump;
     char message[JMSG_LENGTH_MAX];
+    int out_of_memory; /* libjpeg could not allocate (not a corrupt file) */
 } ErrorManager;
 
 static void fail_exit(j_common_ptr cinfo) {
     ErrorManager *err = (ErrorManager *)cinfo->err;
     (*cinfo->err->format_message)(cinfo, err->message);
+    err->out_of_memory = cinfo->err->msg_code == JERR_OUT_OF_MEMORY;
     longjmp(err->jump, 1);
 }
 
@@ -54,7 +57,7 @@ static int color_space(int channels, J_COLOR_SPACE *space) {
     }
 }
 
-enum { DONE = 0, FAILED = 1, NO_MEMORY = 2, UNSUPPORTED = 3 };
+enum { DONE = 0, FAILED = 1, NO_MEMORY = 2, UNSUPPORTED = 3, SHORT = 4 };
 
 PyDoc_STRVAR(decode_region_doc,
 "decode_region(data, channels, denom, x0, y0, x1, y1, fast_idct, fast_upsample)\n"
@@ -64,36 +67,42 @@ PyDoc_STRVAR(decode_region_doc,
 "height x width x channels uint8 values covering the decoded region whose top-left\n"
 "pixel is (x, y); the region holds the one asked for and may be wider or start\n"
 "higher (columns and rows are widened to iMCU boundaries). Returns None\n"
-"for color spaces libjpeg cannot convert to the asked channels (CMYK, YCCK).\n"
-"Raises ValueError on corrupt or truncated data.");
+"for color spaces libjpeg cannot convert to the asked channels (CMYK, YCCK, or\n"
+"any other that gives a different number of components).\n"
+"Raises ValueError on corrupt or truncated data, MemoryError when libjpeg or the\n"
+"output cannot be allocated.");
 
 static PyObject *decode_region(PyObject *self, PyObject *args) {
+    (void)self;
     Py_buffer data;
     int channels, denom, x0, y0, x1, y1, fast_idct, fast_upsample;
     if (!PyArg_ParseTuple(args, "y*iiiiiipp", &data, &channels, &denom, &x0, &y0, &x1, &y1,
                           &fast_idct, &fast_upsample)) {
         return NULL;
     }
-    J_COLOR_SPACE space;
-    if (color_space(channels, &space) < 0 || (denom != 1 && denom != 2 && denom != 4 && denom != 8)) {
+    J_COLOR_SPACE chosen;
+    if (color_space(channels, &chosen) < 0 || (denom != 1 && denom != 2 && denom != 4 && denom != 8)) {
         PyBuffer_Release(&data);
         PyErr_Format(PyExc_ValueError, "unsupported channels %d or scale 1/%d", channels, denom);
         return NULL;
     }
 
+    volatile J_COLOR_SPACE space = chosen; /* read after setjmp */
     struct jpeg_decompress_struct cinfo;
     ErrorManager err;
     PyObject *volatile out = NULL;
     volatile int status = DONE;
     volatile int started = 0;
-    JDIMENSION left = 0, width = 0;
-    int top = 0, bottom = 0;
+    /* volatile: set between setjmp and a longjmp back, and read after it */
+    volatile JDIMENSION left = 0, width = 0;
+    volatile int top = 0, bottom = 0;
 
     memset(&cinfo, 0, sizeof(cinfo));
     cinfo.err = jpeg_std_error(&err.pub);
     err.pub.error_exit = fail_exit;
     err.pub.emit_message = emit_message;
     err.message[0] = '\0';
+    err.out_of_memory = 0;
 
     Py_BEGIN_ALLOW_THREADS
     if (setjmp(err.jump)) {
@@ -112,6 +121,12 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
             cinfo.dct_method = fast_idct ? JDCT_IFAST : JDCT_ISLOW;
             cinfo.do_fancy_upsampling = fast_upsample ? FALSE : TRUE;
             jpeg_start_decompress(&cinfo);
+            /* Rows below are sized for `channels` values per pixel: a frame libjpeg
+               converts to another count (an unusual color space) would overflow them. */
+            if (cinfo.output_components != channels) {
+                status = UNSUPPORTED;
+                goto finish;
+            }
             int full_w = (int)cinfo.output_width, full_h = (int)cinfo.output_height;
             if (x0 < 0) x0 = 0;
             if (y0 < 0) y0 = 0;
@@ -119,11 +134,12 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
             if (y1 > full_h) y1 = full_h;
             if (x1 <= x0) { x0 = 0; x1 = full_w; }
             if (y1 <= y0) { y0 = 0; y1 = full_h; }
-            left = (JDIMENSION)x0;
-            width = (JDIMENSION)(x1 - x0);
-            if (width < cinfo.output_width) {
-                jpeg_crop_scanline(&cinfo, &left, &width);
+            JDIMENSION crop_left = (JDIMENSION)x0, crop_width = (JDIMENSION)(x1 - x0);
+            if (crop_width < cinfo.output_width) {
+                jpeg_crop_scanline(&cinfo, &crop_left, &crop_width);
             }
+            left = crop_left;
+            width = crop_width;
             /* Skip whole iMCU rows only: libjpeg-turbo's jpeg_skip_scanlines() can hand
                back rows from before the skip when it stops inside a row group with
                merged (fast) upsampling (libjpeg-turbo issue 915); the few rows between
@@ -145,21 +161,26 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
                 status = NO_MEMORY;
             } else {
                 unsigned char *base = (unsigned char *)PyByteArray_AS_STRING(out);
-                if (top > 0) {
-                    jpeg_skip_scanlines(&cinfo, (JDIMENSION)top);
+                /* Both calls return how many rows they got; fewer than asked (a data
+                   source that ran dry) must not leave rows unwritten or loop forever. */
+                if (top > 0 && jpeg_skip_scanlines(&cinfo, (JDIMENSION)top) != (JDIMENSION)top) {
+                    status = SHORT;
                 }
                 JSAMPROW rows[16];
-                while ((int)cinfo.output_scanline < bottom) {
+                while (status == DONE && (int)cinfo.output_scanline < bottom) {
                     int next = (int)cinfo.output_scanline;
                     int count = bottom - next < 16 ? bottom - next : 16;
                     for (int i = 0; i < count; i++) {
                         rows[i] = base + (size_t)(next - top + i) * row_bytes;
                     }
-                    jpeg_read_scanlines(&cinfo, rows, (JDIMENSION)count);
+                    if (jpeg_read_scanlines(&cinfo, rows, (JDIMENSION)count) == 0) {
+                        status = SHORT;
+                    }
                 }
             }
         }
     }
+finish:
     if (started) {
         jpeg_destroy_decompress(&cinfo); /* also aborts a decode stopped before the end */
     }
@@ -173,8 +194,16 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
         Py_RETURN_NONE;
     case NO_MEMORY:
         return NULL; /* PyByteArray_FromStringAndSize set the error */
+    case SHORT:
+        Py_XDECREF(out);
+        PyErr_SetString(PyExc_ValueError, "libjpeg returned fewer scanlines than the image has");
+        return NULL;
     default:
         Py_XDECREF(out);
+        if (err.out_of_memory) {
+            PyErr_Format(PyExc_MemoryError, "libjpeg: %s", err.message);
+            return NULL;
+        }
         PyErr_Format(PyExc_ValueError, "%s", err.message[0] ? err.message : "libjpeg failed");
         return NULL;
     }
@@ -183,6 +212,8 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
 PyDoc_STRVAR(version_doc, "version() -> the libjpeg API version this module was built with.");
 
 static PyObject *version(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
 #ifdef LIBJPEG_TURBO_VERSION
 #define DATAIO_STR2(x) #x
 #define DATAIO_STR(x) DATAIO_STR2(x)
@@ -199,7 +230,11 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_jpeg", "Region and DCT-scaled JPEG decodes via libjpeg-turbo.", -1, methods,
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_jpeg",
+    .m_doc = "Region and DCT-scaled JPEG decodes via libjpeg-turbo.",
+    .m_size = -1,
+    .m_methods = methods,
 };
 
 PyMODINIT_FUNC PyInit__jpeg(void) { return PyModule_Create(&module); }

@@ -45,10 +45,14 @@ typedef struct {
     int ksize;
 } Coeffs;
 
+/* Safe to call twice: coeffs_init frees on failure and run() frees again. */
 static void coeffs_free(Coeffs *c) {
     free(c->start);
     free(c->size);
     free(c->w);
+    c->start = NULL;
+    c->size = NULL;
+    c->w = NULL;
 }
 
 static double triangle(double x) {
@@ -61,26 +65,29 @@ static int coeffs_init(Coeffs *c, int in_size, double in0, double in1, int out_s
     double scale = (in1 - in0) / out_size;
     double filterscale = scale < 1.0 ? 1.0 : scale;
     double support = filterscale;
-    c->ksize = (int)ceil(support) * 2 + 1;
-    c->start = malloc(sizeof(int) * out_size);
-    c->size = malloc(sizeof(int) * out_size);
+    /* An output index never reads more than the in_size source pixels: capping the
+       table there keeps an extreme downscale (support ~ in_size) from overflowing int. */
+    double taps = ceil(support) * 2 + 1;
+    c->ksize = taps < (double)in_size ? (int)taps : in_size;
+    c->start = malloc(sizeof(int) * (size_t)out_size);
+    c->size = malloc(sizeof(int) * (size_t)out_size);
     c->w = calloc((size_t)out_size * c->ksize, sizeof(float));
     if (!c->start || !c->size || !c->w) {
         coeffs_free(c);
         return -1;
     }
     double ss = 1.0 / filterscale;
-    double *tmp = malloc(sizeof(double) * c->ksize);
+    double *tmp = malloc(sizeof(double) * (size_t)c->ksize);
     if (!tmp) {
         coeffs_free(c);
         return -1;
     }
     for (int xx = 0; xx < out_size; xx++) {
         double center = in0 + (xx + 0.5) * scale;
-        int xmin = (int)(center - support + 0.5);
-        if (xmin < 0) xmin = 0;
-        int xmax = (int)(center + support + 0.5);
-        if (xmax > in_size) xmax = in_size;
+        /* clamped as doubles: converting an out-of-range double to int is undefined */
+        double lo = center - support + 0.5, hi = center + support + 0.5;
+        int xmin = lo < 0.0 ? 0 : (lo > (double)in_size ? in_size : (int)lo);
+        int xmax = hi > (double)in_size ? in_size : (hi < 0.0 ? 0 : (int)hi);
         xmax -= xmin;
         if (xmax > c->ksize) xmax = c->ksize;
         if (xmax < 0) xmax = 0;
@@ -475,7 +482,7 @@ static int run(const Job *j, int simd) {
     wk.kpad = taps <= 4 ? 4 : (taps + TAP_BLOCK - 1) / TAP_BLOCK * TAP_BLOCK;
     /* padded so a full kpad read from any column's first tap stays inside, on zeros */
     wk.plane_len = (size_t)wk.x_n + wk.kpad + TAP_BLOCK;
-    wk.hstart = malloc(sizeof(int) * j->out_w);
+    wk.hstart = malloc(sizeof(int) * (size_t)j->out_w);
     wk.hw = alloc_zeroed((size_t)j->out_w * wk.kpad, sizeof(float));
     wk.planes = alloc_zeroed(wk.plane_len * C, sizeof(float));
     wk.tmp = alloc_zeroed((size_t)wk.x_n * C + 1, sizeof(float));
@@ -485,7 +492,7 @@ static int run(const Job *j, int simd) {
         int sx = j->hflip ? j->out_w - 1 - ox : ox;
         wk.hstart[ox] = cx.start[sx] - x_lo;
         memcpy(wk.hw + (size_t)ox * wk.kpad, cx.w + (size_t)sx * cx.ksize,
-               sizeof(float) * cx.size[sx]);
+               sizeof(float) * (size_t)cx.size[sx]);
     }
     resample_rows(j, &wk, simd);
     status = 0;
@@ -528,7 +535,7 @@ PyDoc_STRVAR(resample_into_doc,
              "out_float, scale, bias, hflip, vflip)\n\n"
              "Resample the box (left, top, right, bottom) of a uint8 HWC image into out.");
 
-static PyObject *resample_into(PyObject *self, PyObject *args) {
+static PyObject *resample_into(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer src, out;
     Job j;
     PyObject *scale_obj, *bias_obj;
@@ -539,8 +546,9 @@ static PyObject *resample_into(PyObject *self, PyObject *args) {
     }
     PyObject *result = NULL;
     size_t item = j.out_float ? sizeof(float) : 1;
+    /* sides below INT_MAX - 64: tap counts (up to a side) are padded to whole vectors */
     if (j.channels < 1 || j.channels > 4 || j.src_h < 1 || j.src_w < 1 || j.out_h < 1 ||
-        j.out_w < 1) {
+        j.out_w < 1 || j.src_h > INT_MAX - 64 || j.src_w > INT_MAX - 64) {
         PyErr_SetString(PyExc_ValueError, "resample_into: bad sizes or channel count");
     } else if ((size_t)src.len < (size_t)j.src_h * j.src_w * j.channels) {
         PyErr_SetString(PyExc_ValueError, "resample_into: source buffer is too small");
@@ -573,7 +581,7 @@ PyDoc_STRVAR(set_simd_doc,
 
 static const char *simd_name(void) { return use_simd ? "avx2" : "portable"; }
 
-static PyObject *set_simd(PyObject *self, PyObject *arg) {
+static PyObject *set_simd(PyObject *Py_UNUSED(self), PyObject *arg) {
     int enabled = PyObject_IsTrue(arg);
     if (enabled < 0) return NULL;
     use_simd = enabled && simd_supported();
@@ -582,7 +590,7 @@ static PyObject *set_simd(PyObject *self, PyObject *arg) {
 
 PyDoc_STRVAR(simd_doc, "simd()\n\nThe name of the passes in use: 'avx2' or 'portable'.");
 
-static PyObject *simd(PyObject *self, PyObject *noargs) {
+static PyObject *simd(PyObject *Py_UNUSED(self), PyObject *Py_UNUSED(noargs)) {
     return PyUnicode_FromString(simd_name());
 }
 
@@ -594,7 +602,11 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_resample", "Fused image resampling kernels.", -1, methods,
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_resample",
+    .m_doc = "Fused image resampling kernels.",
+    .m_size = -1,
+    .m_methods = methods,
 };
 
 PyMODINIT_FUNC PyInit__resample(void) {

@@ -13,6 +13,7 @@ from typing import Literal
 
 import numpy as np
 
+from dataio import limits
 from dataio.exceptions import PlanError, TransformError
 
 __all__ = [
@@ -29,8 +30,11 @@ __all__ = [
     "to_dtype",
 ]
 
-DType = Literal["uint8", "float32", "float16"]
-_DTYPES: tuple[str, ...] = ("uint8", "float32", "float16")
+DType = Literal[
+    "bool", "uint8", "int8", "int16", "int32", "int64",
+    "float16", "bfloat16", "float32", "float64",
+]  # fmt: skip
+_DTYPES: tuple[str, ...] = DType.__args__  # type: ignore[attr-defined]
 # torchvision's rgb_to_grayscale weights, used by contrast and saturation.
 _TV_LUMA = (0.2989, 0.587, 0.114)
 
@@ -63,7 +67,9 @@ def pad(
     """Pad an HWC image with a constant: one value, or one per channel.
 
     Raises:
-        TransformError: the value does not fit the dtype, or has the wrong channel count.
+        TransformError: the value is not numbers, does not fit the dtype, or has the
+            wrong channel count.
+        LimitError: the padded image would be over ``max_decoded_bytes``.
 
     Example:
         >>> pad(np.zeros((2, 2, 3), np.uint8), top=1, bottom=0, left=0, right=2).shape
@@ -72,7 +78,12 @@ def pad(
     x = _hwc(x, "pad")
     top, bottom = _non_negative(top, "top"), _non_negative(bottom, "bottom")
     left, right = _non_negative(left, "left"), _non_negative(right, "right")
-    fill = np.asarray(value, dtype=np.float64)
+    try:
+        fill = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError) as exc:  # "red", [1, [2]], 10**400
+        raise TransformError(
+            f"pad value must be one number or one per channel, got {value!r}"
+        ) from exc
     if fill.ndim > 1 or (fill.ndim == 1 and fill.shape[0] not in (1, x.shape[2])):
         raise TransformError(
             f"pad value must be one number or {x.shape[2]} (one per channel), got {value!r}"
@@ -84,6 +95,12 @@ def pad(
                 f"pad value {value!r} does not fit {x.dtype} (integers {info.min}..{info.max})"
             )
     height, width, channels = x.shape
+    shape = (height + top + bottom, width + left + right, channels)
+    limits.check(
+        "max_decoded_bytes",
+        shape[0] * shape[1] * channels * x.dtype.itemsize,
+        what=f"pad of a {height}x{width} image to {shape[0]}x{shape[1]}",
+    )
     out = np.empty((height + top + bottom, width + left + right, channels), x.dtype)
     out[...] = fill.astype(x.dtype)
     out[top : top + height, left : left + width] = x
@@ -302,20 +319,42 @@ def color_jitter(
 # -- dtype and normalization ------------------------------------------------------------
 
 
-def to_dtype(x: np.ndarray, dtype: DType, *, scale: bool = False) -> np.ndarray:
-    """Convert to ``"uint8"``, ``"float32"`` or ``"float16"``.
+def numpy_dtype(name: str) -> np.dtype:
+    """The NumPy dtype named ``name``; ``"bfloat16"`` comes from ``ml_dtypes``.
 
-    With ``scale=True``, ``uint8`` 0..255 maps to floats 0..1 and back (rounded to the
-    nearest level). Floats going to ``uint8`` are clipped to its range and rounded.
+    Raises:
+        PlanError: ``name`` is not a dtype dataio casts to, or bfloat16 without ml_dtypes.
+    """
+    if name not in _DTYPES:
+        raise PlanError(f"dtype must be one of {list(_DTYPES)}, got {name!r}")
+    if name == "bfloat16":
+        try:
+            import ml_dtypes
+        except ImportError as exc:
+            raise PlanError(
+                "bfloat16 arrays need the ml_dtypes package (pip install ml_dtypes)"
+            ) from exc
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def to_dtype(x: np.ndarray, dtype: DType, *, scale: bool = False) -> np.ndarray:
+    """Cast to one of :data:`DType` (bool, integer and float types, bfloat16 included).
+
+    ``uint8`` keeps pixel semantics: values are clipped to 0..255 and rounded, and with
+    ``scale=True`` uint8 0..255 maps to floats 0..1 and back. Other integer targets cast
+    as NumPy and torch do (floats truncate toward zero) but refuse values they cannot
+    hold instead of wrapping them; ``bool`` is ``x != 0``.
+
+    Raises:
+        TransformError: a value is NaN, infinite or out of the integer target's range.
 
     Example:
         >>> to_dtype(np.array([[[0, 255]]], np.uint8), "float32", scale=True)
         array([[[0., 1.]]], dtype=float32)
     """
-    if dtype not in _DTYPES:
-        raise PlanError(f"to_dtype dtype must be one of {list(_DTYPES)}, got {dtype!r}")
+    target = numpy_dtype(dtype)
     x = np.asarray(x)
-    target = np.dtype(dtype)
     if x.dtype == target:
         return x
     if target == np.uint8:
@@ -323,9 +362,28 @@ def to_dtype(x: np.ndarray, dtype: DType, *, scale: bool = False) -> np.ndarray:
         if scale and np.issubdtype(x.dtype, np.floating):
             values = values * np.float32(255.0)
         return np.rint(np.clip(values, 0.0, 255.0)).astype(np.uint8)
-    if scale and x.dtype == np.uint8:
+    if scale and x.dtype == np.uint8 and dtype in ("float16", "bfloat16", "float32", "float64"):
         return (x.astype(np.float32) * np.float32(1.0 / 255.0)).astype(target)
+    if np.issubdtype(target, np.integer) and x.size:
+        _check_range(x, target)
     return x.astype(target)
+
+
+def _check_range(x: np.ndarray, target: np.dtype) -> None:
+    info = np.iinfo(target)
+    if x.dtype == np.bool_:
+        return
+    if not np.issubdtype(x.dtype, np.integer):
+        x = np.asarray(x, np.float64)
+        if not np.isfinite(x).all():
+            raise TransformError(f"to_dtype {target.name}: the array holds NaN or infinity")
+        x = np.trunc(x)
+    low, high = x.min(), x.max()
+    if low < info.min or high > info.max:
+        raise TransformError(
+            f"to_dtype {target.name}: values {low}..{high} do not fit in [{info.min}, "
+            f"{info.max}]; clip them first or pick a wider type"
+        )
 
 
 def standardize(x: np.ndarray, eps: float = 1e-6) -> np.ndarray:

@@ -23,7 +23,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from dataio.exceptions import DecodeError, PlanError, TransformError
+from dataio import limits
+from dataio.exceptions import DataioError, DecodeError, PlanError, TransformError
 
 __all__ = [
     "RESAMPLING",
@@ -52,6 +53,13 @@ _MIN_BLOCK = 12
 # OpenBLAS multiplies on the calling thread when m * n * k is at most this
 # (SMP_THRESHOLD_MIN 65536 times GEMM_MULTITHREAD_THRESHOLD 4, its defaults).
 _BLAS_SINGLE_THREAD = 65536 * 4
+# The polyphase bank costs O(zero crossings x the larger of up, down) to design, whatever
+# the clip's length: 999983 Hz (a prime) to 16 kHz would design a 20M-tap prototype for
+# a few outputs. Past this many prototype taps, each output's taps are computed where
+# they are used instead, so the cost is outputs x taps.
+_MAX_BANK_TAPS = 1 << 20
+# Outputs per block of the direct path: bounds its [outputs, taps] temporaries.
+_DIRECT_ELEMENTS = 1 << 18
 
 
 def _check_rates(from_rate: int, to_rate: int) -> tuple[int, int]:
@@ -65,6 +73,29 @@ def _out_frames(frames: int, up: int, down: int) -> int:
     return -(-frames * up // down)  # ceil(frames * up / down), as resample_poly
 
 
+def _check_resample(frames: int, channels: int, from_rate: int, to_rate: int) -> int:
+    """Check a resample of ``frames`` x ``channels`` samples against the limits, before
+    anything is computed; return the output frame count.
+
+    Raises:
+        LimitError: a rate over ``max_sample_rate``, a ratio over ``max_resample_ratio``
+            or an output over ``max_audio_samples``.
+    """
+    for rate in (from_rate, to_rate):
+        limits.check("max_sample_rate", rate, what=f"resampling {from_rate} Hz to {to_rate} Hz")
+    ratio = math.ceil(max(from_rate, to_rate) / min(from_rate, to_rate))
+    limits.check("max_resample_ratio", ratio, what=f"resampling {from_rate} Hz to {to_rate} Hz")
+    g = math.gcd(from_rate, to_rate)
+    n_out = _out_frames(frames, to_rate // g, from_rate // g)
+    limits.check(
+        "max_audio_samples",
+        n_out * max(channels, 1),
+        what=f"{frames} frames of {channels} channel(s) resampled from {from_rate} Hz to "
+        f"{to_rate} Hz",
+    )
+    return n_out
+
+
 def _rate_plan(
     x: Any, from_rate: int, to_rate: int
 ) -> tuple[np.ndarray, tuple[int, int, int, int] | None]:
@@ -74,6 +105,8 @@ def _rate_plan(
     x = np.asarray(x, dtype=np.float32)
     if from_rate == to_rate:
         return x.copy(), None
+    channels = math.prod(x.shape[1:]) if x.ndim > 1 else 1
+    _check_resample(x.shape[0] if x.ndim else 1, channels, from_rate, to_rate)
     g = math.gcd(from_rate, to_rate)
     up, down = to_rate // g, from_rate // g
     frames = x.shape[0]
@@ -188,6 +221,8 @@ def resample_sinc(x: np.ndarray, from_rate: int, to_rate: int) -> np.ndarray:
     if plan is None:
         return x
     up, down, frames, n_out = plan
+    if 2 * _ZERO_CROSSINGS * max(up, down) + 1 > _MAX_BANK_TAPS:
+        return _sinc_direct(x, up, down, n_out)
     bank, reach = _phase_bank(up, down)
     taps = bank.shape[1]
     # Overlapping input windows (step ``down`` < ``taps``) go through _blocked_dot, which
@@ -218,6 +253,37 @@ def resample_sinc(x: np.ndarray, from_rate: int, to_rate: int) -> np.ndarray:
     return out.T.reshape(n_out, *x.shape[1:])
 
 
+def _sinc_direct(x: np.ndarray, up: int, down: int, n_out: int) -> np.ndarray:
+    """The polyphase filter of :func:`resample_sinc` with each output's taps computed
+    where they are used: O(outputs x taps), for rate pairs whose phase bank is too large
+    to design. Each output's taps are scaled to unit gain at DC (the bank scales the
+    whole prototype once; the two agree within the filter's ripple)."""
+    frames = x.shape[0]
+    max_rate = max(up, down)
+    half = _ZERO_CROSSINGS * max_rate
+    reach = half // up + 1
+    taps = 2 * reach + 1
+    flat = x.reshape(frames, -1).T
+    padded = np.zeros((flat.shape[0], frames + 2 * reach + 1), np.float32)
+    padded[:, reach : reach + frames] = flat
+    out = np.empty((flat.shape[0], n_out), np.float32)
+    # window column t holds input a - reach + t, that is prototype tap (reach - t) * up + b
+    m = np.arange(reach, -reach - 1, -1, dtype=np.int64)
+    cutoff = 1.0 / max_rate
+    block = max(1, _DIRECT_ELEMENTS // taps)
+    for j0 in range(0, n_out, block):
+        steps = np.arange(j0, min(j0 + block, n_out), dtype=np.int64) * down
+        starts, phases = steps // up, steps % up
+        arg = m[None, :] * up + phases[:, None]
+        edge = np.clip(1.0 - (arg / half) ** 2, 0.0, None)
+        weights = np.sinc(cutoff * arg) * np.i0(_KAISER_BETA * np.sqrt(edge))
+        weights[np.abs(arg) > half] = 0.0
+        weights /= weights.sum(axis=1, keepdims=True)
+        gathered = padded[:, starts[:, None] + np.arange(taps)]
+        out[:, j0 : j0 + len(steps)] = np.einsum("cjt,jt->cj", gathered, weights.astype(np.float32))
+    return out.T.reshape(n_out, *x.shape[1:])
+
+
 def resample(x: np.ndarray, from_rate: int, to_rate: int, method: Resampling) -> np.ndarray:
     """Resample along axis 0 with ``"linear"`` or ``"sinc"``."""
     if method == "linear":
@@ -227,7 +293,11 @@ def resample(x: np.ndarray, from_rate: int, to_rate: int, method: Resampling) ->
     raise PlanError(f"resampling must be one of {list(RESAMPLING)}, got {method!r}")
 
 
-def _read(data: bytes | bytearray | memoryview) -> tuple[np.ndarray, int]:
+def _read(
+    data: bytes | bytearray | memoryview,
+    sample_rate: int | None = None,
+    mono: bool = False,
+) -> tuple[np.ndarray, int]:
     import soundfile
 
     if len(data) == 0:
@@ -245,6 +315,7 @@ def _read(data: bytes | bytearray | memoryview) -> tuple[np.ndarray, int]:
     try:
         with soundfile.SoundFile(io.BytesIO(data)) as f:
             rate = f.samplerate
+            _check_header(f, sample_rate, mono)
             if f.frames == 0 and f.format == "OGG":
                 # libsndfile reports an OGG whose last page is cut off as empty
                 raise DecodeError(
@@ -256,8 +327,13 @@ def _read(data: bytes | bytearray | memoryview) -> tuple[np.ndarray, int]:
                 raise DecodeError(
                     f"the audio is truncated: read {samples.shape[0]} of {f.frames} frames"
                 )
-    except DecodeError:
+    except DataioError:  # our own DecodeError and LimitError (a ValueError too)
         raise
+    except MemoryError as exc:
+        raise DecodeError(
+            "not enough memory to decode the audio; lower dataio.limits max_audio_samples "
+            "or decode fewer clips at once"
+        ) from exc
     except (soundfile.LibsndfileError, RuntimeError, ValueError, TypeError, EOFError) as exc:
         known = next((name for magic, name in _MAGICS if head.startswith(magic)), None)
         if known is None:
@@ -269,6 +345,20 @@ def _read(data: bytes | bytearray | memoryview) -> tuple[np.ndarray, int]:
         reason = getattr(exc, "error_string", None) or str(exc)
         raise DecodeError(f"the {known} audio is corrupt or truncated: {reason}") from exc
     return samples, rate
+
+
+def _check_header(f: Any, sample_rate: int | None, mono: bool) -> None:
+    """Check what the header declares (rate, frames) and what resampling it would
+    produce, before a sample is read or a filter designed."""
+    what = f"the {f.format} audio's header declares"
+    limits.check("max_sample_rate", f.samplerate, what=f"{what} {f.samplerate} Hz")
+    limits.check(
+        "max_audio_samples",
+        f.frames * f.channels,
+        what=f"{what} {f.frames} frames of {f.channels} channel(s)",
+    )
+    if sample_rate is not None and sample_rate != f.samplerate:
+        _check_resample(f.frames, 1 if mono else f.channels, f.samplerate, sample_rate)
 
 
 def _downmix(samples: np.ndarray) -> np.ndarray:
@@ -304,13 +394,17 @@ def decode_audio(
 
     Raises:
         DecodeError: the bytes are empty, truncated, corrupt or not a supported format.
+        LimitError: the header's rate or length, or the resampled length, is over a limit
+            in :mod:`dataio.limits` (checked before anything is read or allocated).
 
     Example:
         >>> samples, rate = decode_audio(wav_bytes, sample_rate=16000, mono=True)
     """
     if resampling not in RESAMPLING:
         raise PlanError(f"resampling must be one of {list(RESAMPLING)}, got {resampling!r}")
-    samples, rate = _read(data)
+    if sample_rate is not None:
+        _check_rates(sample_rate, sample_rate)
+    samples, rate = _read(data, sample_rate, mono)
     if mono:
         samples = _downmix(samples)
     if sample_rate is not None and sample_rate != rate:

@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from dataio.exceptions import DecodeError, TransformError
+from dataio import limits
+from dataio.exceptions import DecodeError, LimitError, TransformError
 
 _resample: Any
 try:  # the compiled kernel; without it Pillow resamples (slower, same results within 1 level)
@@ -51,7 +52,12 @@ _PIL_MODES = {"rgb": "RGB", "gray": "L", "rgba": "RGBA"}
 _SIMPLEJPEG_SPACES = {"rgb": "RGB", "gray": "GRAY", "rgba": "RGBA"}
 CHANNELS = {"rgb": 3, "gray": 1, "rgba": 4}
 _JPEG_MAGIC = b"\xff\xd8\xff"
-_MAGICS = ((_JPEG_MAGIC, "JPEG"), (b"\x89PNG\r\n\x1a\n", "PNG"))
+_PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+_MAGICS = ((_JPEG_MAGIC, "JPEG"), (_PNG_MAGIC, "PNG"))
+# Start-of-frame markers (SOF0-SOF15 less DHT, JPG and DAC) and the progressive ones.
+_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+_PROGRESSIVE = frozenset({0xC2, 0xC6, 0xCA, 0xCE})
+_SOS = b"\xff\xda"
 # DCT scaling keeps the decoded box at least this many times the output size, so the
 # antialiased resample that follows hides the IDCT's approximation: measured here on
 # photo-like JPEGs, a gap of 2 keeps every crop >= 40 dB PSNR from the full-decode
@@ -241,13 +247,16 @@ def plan_geometry(
     return Geometry((x0, y0, x1, y1), (cur_w, cur_h), hflip, vflip)
 
 
-def _open(data: bytes | bytearray | memoryview) -> Any:
+def _open(data: bytes | bytearray | memoryview, *, check: bool = True) -> Any:
+    """Open an image with Pillow; with ``check``, refuse sizes over the limits first."""
     from PIL import Image, UnidentifiedImageError
 
     if len(data) == 0:
         raise DecodeError("the image is empty (0 bytes); check the file or field it came from")
+    if check:
+        _check_header(data)
     try:
-        return Image.open(io.BytesIO(data))
+        im = Image.open(io.BytesIO(data))
     except UnidentifiedImageError:
         head = bytes(data[:8])
         known = next((name for magic, name in _MAGICS if head.startswith(magic)), None)
@@ -264,11 +273,39 @@ def _open(data: bytes | bytearray | memoryview) -> Any:
     # corrupt file must still surface as a DecodeError the caller can skip.
     except (OSError, ValueError, Image.DecompressionBombError, Warning) as exc:
         raise DecodeError(f"cannot read the image header: {exc}") from exc
+    if check:
+        # every format Pillow reads: its size is known before any pixel is decoded
+        width, height = im.size
+        try:
+            _check_pixels(width, height, im.format or "image")
+        except LimitError:
+            im.close()
+            raise
+    return im
+
+
+def _check_pixels(width: int, height: int, kind: str) -> None:
+    limits.check(
+        "max_image_pixels",
+        width * height,
+        what=f"the {kind} header declares {width}x{height} pixels",
+    )
+
+
+def _check_header(data: bytes | bytearray | memoryview) -> None:
+    """Check the size a JPEG or PNG header declares, before Pillow or libjpeg allocate."""
+    head = bytes(data[:24])
+    if head.startswith(_JPEG_MAGIC):
+        _jpeg_header(data)
+    elif head.startswith(_PNG_MAGIC) and head[12:16] == b"IHDR":
+        # Pillow's own bomb check warns (an error where warnings are) before ours could run
+        width, height = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+        _check_pixels(width, height, "PNG")
 
 
 def image_size(data: bytes | bytearray | memoryview) -> tuple[int, int]:
     """Return ``(width, height)`` from an image header without decoding pixels."""
-    with _open(data) as im:
+    with _open(data, check=False) as im:
         return im.size
 
 
@@ -278,6 +315,11 @@ def _load(im: Any, mode: str) -> Any:
     try:
         im.load()
         return im if im.mode == _PIL_MODES[mode] else im.convert(_PIL_MODES[mode])
+    except MemoryError as exc:
+        raise DecodeError(
+            f"not enough memory to decode the {im.size[0]}x{im.size[1]} image; lower "
+            "dataio.limits max_image_pixels or decode fewer images at once"
+        ) from exc
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError, Warning) as exc:
         raise DecodeError(f"the image is corrupt or truncated: {exc}") from exc
 
@@ -302,8 +344,18 @@ def _decode_jpeg_full(
             strict=True,
             **min_size,
         )
-    except ValueError as exc:
-        raise DecodeError(f"the JPEG is corrupt or truncated: {exc}") from exc
+    except (ValueError, MemoryError) as exc:
+        raise _jpeg_error(exc) from exc
+
+
+def _jpeg_error(exc: Exception) -> DecodeError:
+    """libjpeg reports running out of memory like corrupt data; say which it was."""
+    if isinstance(exc, MemoryError) or "memory" in str(exc).lower():
+        return DecodeError(
+            f"not enough memory to decode the JPEG ({exc or 'out of memory'}); lower "
+            "dataio.limits max_image_pixels or decode fewer images at once"
+        )
+    return DecodeError(f"the JPEG is corrupt or truncated: {exc}")
 
 
 def decode_image(data: bytes | bytearray | memoryview, mode: str = "rgb") -> np.ndarray:
@@ -313,6 +365,7 @@ def decode_image(data: bytes | bytearray | memoryview, mode: str = "rgb") -> np.
         DecodeError: the bytes are empty, truncated, corrupt or not an image.
     """
     if bytes(data[:3]) == _JPEG_MAGIC:
+        _jpeg_header(data)
         return _decode_jpeg_full(data, mode)
     with _open(data) as im:
         pixels = np.asarray(_load(im, mode))
@@ -389,13 +442,60 @@ def write_pixels(pixels: np.ndarray, spec: ImageSpec, out: np.ndarray | None = N
 
 
 def _jpeg_header(data: bytes | bytearray | memoryview) -> tuple[int, int]:
-    import simplejpeg
+    """``(width, height)`` from a JPEG's frame header, checked against the limits.
 
-    try:
-        height, width, _, _ = simplejpeg.decode_jpeg_header(data)
-    except ValueError as exc:
-        raise DecodeError(f"the JPEG header is corrupt or truncated: {exc}") from exc
+    Reads the marker segments up to the first scan (O(header)); a file that decodes in
+    more than one scan (progressive, or components in separate scans) also has its scan
+    markers counted, a byte search over the rest (entropy-coded data cannot hold
+    ``FF DA``).
+
+    Raises:
+        DecodeError: the header is corrupt or truncated.
+        LimitError: the frame has more pixels than ``max_image_pixels`` or the file more
+            scans than ``max_jpeg_scans``.
+    """
+    width, height, multiscan, scan_end = _jpeg_frame(data)
+    _check_pixels(width, height, "JPEG frame")
+    if multiscan:
+        whole = data if isinstance(data, bytes | bytearray) else bytes(data)
+        count = 1 + whole.count(_SOS, scan_end)
+        limits.check("max_jpeg_scans", count, what=f"the {width}x{height} JPEG has {count} scans")
     return width, height
+
+
+def _jpeg_frame(data: bytes | bytearray | memoryview) -> tuple[int, int, bool, int]:
+    """Walk a JPEG's marker segments to the first scan header.
+
+    Returns ``(width, height, multiscan, end of the first scan header)``; ``multiscan``
+    is true for progressive frames and for scans that hold fewer components than the
+    frame (the others follow in more scans).
+    """
+    n = len(data)
+    pos = 2
+    frame: tuple[int, int, int, bool] | None = None
+    while pos + 4 <= n:
+        if data[pos] != 0xFF or data[pos + 1] == 0xFF:
+            pos += 1  # fill bytes or garbage between segments, as libjpeg skips them
+            continue
+        marker = data[pos + 1]
+        if marker == 0x01 or 0xD0 <= marker <= 0xD7 or marker == 0x00:
+            pos += 2  # segments without a length
+            continue
+        length = (data[pos + 2] << 8) | data[pos + 3]
+        if marker in _SOF and length >= 8 and pos + 10 <= n:
+            height = (data[pos + 5] << 8) | data[pos + 6]
+            width = (data[pos + 7] << 8) | data[pos + 8]
+            frame = (width, height, data[pos + 9], marker in _PROGRESSIVE)
+        elif marker == 0xDA and frame is not None and pos + 5 <= n:
+            width, height, components, progressive = frame
+            return width, height, progressive or data[pos + 4] < components, pos + 2 + length
+        elif marker in (0xDA, 0xD9) or length < 2:
+            break
+        pos += 2 + length
+    raise DecodeError(
+        "the JPEG header is corrupt or truncated: no frame and scan header "
+        f"in its {n} bytes; check that the file was written completely"
+    )
 
 
 def _shrink(geo: Geometry) -> float:
@@ -535,8 +635,8 @@ def _decode_jpeg_region(
     if _jpeg is not None:
         try:
             found = _jpeg.decode_region(data, CHANNELS[mode], scale, *region, fast, fast_upsample)
-        except ValueError as exc:
-            raise DecodeError(f"the JPEG is corrupt or truncated: {exc}") from exc
+        except (ValueError, MemoryError) as exc:
+            raise _jpeg_error(exc) from exc
         if found is not None:
             buffer, x, y, width, height = found
             pixels = np.frombuffer(buffer, np.uint8).reshape(height, width, CHANNELS[mode])

@@ -182,7 +182,7 @@ def test_shards_are_disjoint_cover_and_agree_on_batch_counts(
     ranks = []
     for rank in range(world):
         loader = plan.bind(kinds[kind]()).run(shard={"id": rank, "of": world, "pad": pad})
-        ranks.append([(b.indices, b["v"]) for b in loader])
+        ranks.append([(b.indices, b["v"].tolist()) for b in loader])
     counts = {len(r) for r in ranks}
     assert len(counts) == 1, f"ranks got different batch counts {counts}"
     seen = [v for r in ranks for _, vs in r for v in vs]
@@ -266,7 +266,7 @@ def test_bulk_reads_keep_order_and_duplicates_and_snapshot_the_list() -> None:
 def test_collate_and_group_by_read_items_individually() -> None:
     dataset = Bulk([{"v": i, "g": i // 3} for i in range(7)])
     plan = dataio.pipeline(dataio.slot("v").passthrough(), dataio.group_by("g"))
-    batches = [b["v"] for b in plan.bind(dataio.records(dataset, indexed=True)).run()]
+    batches = [b["v"].tolist() for b in plan.bind(dataio.records(dataset, indexed=True)).run()]
     assert batches == [[0, 1, 2], [3, 4, 5], [6]]
     assert dataset.bulk_calls == []
 
@@ -385,7 +385,7 @@ def test_from_sampler_with_group_by_keeps_sampler_batches() -> None:
     plan = dataio.pipeline(dataio.slot("meta").passthrough(), dataio.group_by("batch_id"))
     batches = list(plan.bind(source).run())
     assert [[m["id"] for m in b["meta"]] for b in batches] == [[0, 3], [1], [2, 4, 6], [5]]
-    assert next(b.keys for b in batches) == [0, 3]
+    assert next(b.row_keys for b in batches) == [0, 3]
     record = next(iter(dataio.from_sampler([[{"a": {"x": 1}}]])))
     assert record == {"a": {"x": 1}, "batch_id": 0}
     original = {"a": [1]}
@@ -396,7 +396,7 @@ def test_from_sampler_with_group_by_keeps_sampler_batches() -> None:
 def test_collate_keeps_upstream_batches_and_resumes() -> None:
     upstream = [[{"v": 0}, {"v": 1}], [{"v": 2}], [], [{"v": 3}, {"v": 4}, {"v": 5}]]
     plan = dataio.pipeline(dataio.slot("v").passthrough(), dataio.collate())
-    assert [b["v"] for b in plan.bind(upstream).run()] == [[0, 1], [2], [3, 4, 5]]
+    assert [b["v"].tolist() for b in plan.bind(upstream).run()] == [[0, 1], [2], [3, 4, 5]]
 
     def make_loader(**options: Any) -> dataio.Loader:
         return plan.bind(upstream).run(**options)

@@ -147,7 +147,7 @@ def test_decode_numpy_pipeline_stacks_like_np_load(npy_records: list[dict[str, A
     stacked = np.concatenate([b["x"] for b in batches])
     np.testing.assert_array_equal(stacked, expected_arrays(npy_records))
     assert stacked.dtype == np.float32
-    assert [k for b in batches for k in b.keys] == [r["key"] for r in npy_records]
+    assert [k for b in batches for k in b.row_keys] == [r["key"] for r in npy_records]
 
 
 def test_decode_numpy_to_torch(npy_records: list[dict[str, Any]]) -> None:
@@ -162,7 +162,7 @@ def test_broken_rows_are_dropped_with_their_error(npy_records: list[dict[str, An
     pipe = dataio.pipeline(dataio.slot("x").decode_numpy(), dataio.batch(5))
     with pipe.bind(records).run(on_failure="skip") as loader:
         (batch,) = list(loader)
-    assert len(batch) == 4 and batch.keys == ["r0", "r1", "r2", "r3"]
+    assert len(batch) == 4 and batch.row_keys == ["r0", "r1", "r2", "r3"]
     (error,) = batch.errors
     assert isinstance(error, FormatError) and error.key == "bad" and error.slot == "x"
     np.testing.assert_array_equal(batch["x"], expected_arrays(npy_records[:4]))
