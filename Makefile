@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: demo test lint typecheck unit bench asan clean system-deps tools
+.PHONY: demo test lint typecheck unit bench asan fuzz clean system-deps tools
 
 # Azurite (the Azure Blob emulator) for the az:// tests, from npm into a git-ignored
 # folder. 3.36+ needs node >= 21; Debian's node is 20.
@@ -54,8 +54,8 @@ $(AZURITE_STAMP):
 tools: $(AZURITE_STAMP)
 
 lint: $(VENV)/.test
-	$(PY) -m ruff check dataio tests examples benchmarks
-	$(PY) -m ruff format --check dataio tests examples benchmarks
+	$(PY) -m ruff check dataio tests examples benchmarks fuzz
+	$(PY) -m ruff format --check dataio tests examples benchmarks fuzz
 
 typecheck: $(VENV)/.test
 	$(PY) -m mypy
@@ -67,6 +67,16 @@ test: system-deps tools lint typecheck unit
 
 bench: $(VENV)/.test
 	$(PY) benchmarks/image_pipeline.py
+
+# A mutation campaign over every parser (not part of `make test`): FUZZ_MINUTES (default
+# 30), FUZZ_TARGETS (comma-separated, default all), FUZZ_SEED, FUZZ_JOBS. Bad inputs land
+# in fuzz/findings/; the exit status is 1 when there are any.
+FUZZ_MINUTES ?= 30
+FUZZ_TARGETS ?=
+FUZZ_SEED ?= 0
+FUZZ_JOBS ?= 1
+fuzz: $(VENV)/.test
+	$(PY) fuzz/run.py --minutes $(FUZZ_MINUTES) --seed $(FUZZ_SEED) --jobs $(FUZZ_JOBS) $(if $(FUZZ_TARGETS),--targets $(FUZZ_TARGETS))
 
 # The C extensions built with AddressSanitizer and UBSan into a copy of the package under
 # build/asan (the normal .so files stay as they are), then the kernel tests (tests/udfs)
