@@ -13,46 +13,21 @@ from __future__ import annotations
 
 import errno
 import io
-import lzma
 import mmap as mmaplib
 import os
-import struct
 import zipfile
-import zlib
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
-from dataio import limits
 from dataio.exceptions import DataioError, FieldError, FormatError, PlanError
 from dataio.formats._scan import FileScan, Source, record_key
 from dataio.io.local import open_file
+from dataio.io.zipmember import LOCAL_HEADER, ZIP_ERRORS, read_member
 from dataio.udfs.tensor import decode_npy
 
 __all__ = ["decode_npz", "read_npz", "read_numpy", "scan_npz", "scan_numpy"]
-
-_LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature, ..., name length, extra length
-_CHUNK = 1 << 20  # inflate this much at a time, checking limits in between
-# What zipfile and its decompressors raise on a hostile archive (seen by fuzzing):
-# names that are not UTF-8, short or bogus headers, unknown methods, encrypted members
-# (RuntimeError), corrupt deflate/bzip2/LZMA streams, CRC mismatches (BadZipFile).
-_ZIP_ERRORS = (
-    zipfile.BadZipFile,
-    zipfile.LargeZipFile,
-    NotImplementedError,
-    EOFError,
-    RuntimeError,
-    zlib.error,
-    lzma.LZMAError,
-    UnicodeDecodeError,
-    struct.error,
-    OSError,
-    ValueError,
-    OverflowError,
-    IndexError,
-    KeyError,
-)
 
 
 def _map(path: str | os.PathLike[str]) -> mmaplib.mmap:
@@ -117,33 +92,6 @@ def read_numpy(path: str | os.PathLike[str], *, mmap: bool = True) -> np.ndarray
     return decode_npy(_map(path), source=os.fspath(path))
 
 
-def _inflate(zf: zipfile.ZipFile, info: zipfile.ZipInfo, size: int, where: str) -> bytearray:
-    """A compressed member's bytes, inflated a chunk at a time under the limits.
-
-    The declared size is checked first, then the bytes actually produced: the header's
-    size is not trusted alone. ``size`` is the archive's, which bounds the compressed
-    bytes whatever the header claims.
-    """
-    bounds = limits.get()
-    name = "max_member_bytes"
-    if bounds.max_decoded_bytes < bounds.max_member_bytes:
-        name = "max_decoded_bytes"
-    limits.check(name, info.file_size, what=f"{where}: declared inflated size")
-    compressed = max(min(info.compress_size, size), 1)
-    out = bytearray()
-    with zf.open(info) as member:
-        while chunk := member.read(_CHUNK):
-            out += chunk
-            limits.check(name, len(out), what=f"{where}: inflated size")
-            if len(out) > bounds.inflation_floor_bytes:
-                limits.check(
-                    "max_inflation_ratio",
-                    len(out) // compressed,
-                    what=f"{where}: {compressed:,} bytes inflating to {len(out):,}",
-                )
-    return out
-
-
 def _npz_members(zf: zipfile.ZipFile) -> dict[str, zipfile.ZipInfo]:
     return {info.filename[:-4]: info for info in zf.infolist() if info.filename.endswith(".npy")}
 
@@ -151,12 +99,12 @@ def _npz_members(zf: zipfile.ZipFile) -> dict[str, zipfile.ZipInfo]:
 def _stored_offset(buffer: Any, info: zipfile.ZipInfo, source: str) -> int:
     """Where a stored member's bytes start: after its local header, name and extra field."""
     start = info.header_offset
-    if start + _LOCAL_HEADER.size > len(buffer):
+    if start + LOCAL_HEADER.size > len(buffer):
         raise FormatError(f"{source}: member {info.filename!r} starts past the end of the file")
-    signature, name_len, extra_len = _LOCAL_HEADER.unpack_from(buffer, start)
+    signature, name_len, extra_len = LOCAL_HEADER.unpack_from(buffer, start)
     if signature != b"PK\x03\x04":
         raise FormatError(f"{source}: member {info.filename!r} has a corrupt local header")
-    data = start + _LOCAL_HEADER.size + name_len + extra_len
+    data = start + LOCAL_HEADER.size + name_len + extra_len
     if data + info.file_size > len(buffer):
         raise FormatError(f"{source}: member {info.filename!r} is truncated")
     return data
@@ -232,12 +180,12 @@ def decode_npz(
                     view = memoryview(buffer)[start : start + info.file_size]
                     arrays[name] = decode_npy(view, source=where)
                 else:
-                    data = _inflate(zf, info, size, where)
+                    data = read_member(zf, info, archive_size=size, where=where)
                     # read-only, as stored members are: mmap=False is the way to writable
                     arrays[name] = decode_npy(memoryview(data).toreadonly(), source=where)
     except DataioError:
         raise
-    except _ZIP_ERRORS as exc:
+    except ZIP_ERRORS as exc:
         raise FormatError(
             f"{source!r} is not a readable .npz (zip) archive: {type(exc).__name__}: {exc}"
         ) from exc

@@ -17,8 +17,8 @@ import zlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from dataio import limits
 from dataio.exceptions import DataioError, FormatError, PlanError
+from dataio.io import zipmember
 from dataio.io.errors import call
 from dataio.io.local import open_regular
 from dataio.io.tar import checked_tarinfo, read_member
@@ -95,37 +95,21 @@ _COMPRESSED = (b"\x1f\x8b", b"BZ", b"\xfd7")
 
 
 def _zip_members(path: str) -> Iterator[tuple[str, bytes]]:
-    file, _ = _open_archive(path)
+    file, size = _open_archive(path)
     with file:
         try:
             with zipfile.ZipFile(file) as archive_file:
                 for info in archive_file.infolist():
                     if not info.is_dir():
-                        _check_zip_member(path, info)
-                        yield info.filename, archive_file.read(info)
+                        where = f"zip {path!r} member {info.filename!r}"
+                        data = zipmember.read_member(
+                            archive_file, info, archive_size=size, where=where
+                        )
+                        yield info.filename, bytes(data)
         except DataioError:
             raise
-        # RuntimeError: encrypted; NotImplementedError: an unknown compression method
-        except (
-            zipfile.BadZipFile,
-            EOFError,
-            OSError,
-            zlib.error,
-            lzma.LZMAError,
-            RuntimeError,
-            NotImplementedError,
-            ValueError,
-        ) as exc:
+        except zipmember.ZIP_ERRORS as exc:
             raise _corrupt(path, exc) from exc
-
-
-def _check_zip_member(path: str, info: zipfile.ZipInfo) -> None:
-    """A member's declared size against the limits (zipfile stops inflating there)."""
-    what = f"zip {path!r} member {info.filename!r}"
-    limits.check("max_member_bytes", info.file_size, what=what)
-    if info.file_size > limits.get().inflation_floor_bytes:
-        ratio = info.file_size // max(info.compress_size, 1)
-        limits.check("max_inflation_ratio", ratio, what=f"{what} of {info.file_size} bytes")
 
 
 def _members(path: str) -> Iterator[tuple[str, bytes]]:

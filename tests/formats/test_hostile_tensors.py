@@ -230,8 +230,30 @@ def test_hostile_zip_archives_are_format_errors(tmp_path: Path, name: str) -> No
     ):
         with pytest.raises(DataioError) as caught:
             read()
-        assert isinstance(caught.value, FormatError | DecodeError | dataio.FieldError)
+        # a corrupt LZMA header may declare a dictionary over max_decoded_bytes
+        expected = FormatError | DecodeError | dataio.FieldError | dataio.LimitError
+        assert isinstance(caught.value, expected)
         assert str(path) in str(caught.value) or "x" in str(caught.value)
+
+
+def test_lzma_dictionary_is_checked_before_the_decoder_allocates_it(tmp_path: Path) -> None:
+    path = tmp_path / "dictionary.npz"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_LZMA) as archive:
+        buffer = io.BytesIO()
+        np.save(buffer, np.arange(100, dtype=np.int64))
+        archive.writestr("x.npy", buffer.getvalue())
+    np.testing.assert_array_equal(read_npz(path)["x"], np.arange(100))
+    data = bytearray(path.read_bytes())
+    start = 30 + len("x.npy")  # the only member: its local header, then its name
+    (declared,) = struct.unpack_from("<I", data, start + 5)
+    assert declared == 1 << 23  # the oracle's own preset-6 dictionary, where we read it
+    struct.pack_into("<I", data, start + 5, 0xFFFFFFFF)
+    path.write_bytes(bytes(data))
+    with pytest.raises(dataio.LimitError, match="LZMA dictionary") as caught:
+        read_npz(path)
+    assert caught.value.value == 0xFFFFFFFF and caught.value.name == "max_decoded_bytes"
+    with pytest.raises(dataio.LimitError, match="LZMA dictionary"):
+        list(dataio.archive(str(path.rename(tmp_path / "dictionary.zip"))))
 
 
 # -- safetensors ----------------------------------------------------------------------------
