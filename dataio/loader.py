@@ -62,7 +62,7 @@ class Loader:
 
     Passes behave like ``torch.utils.data.DataLoader``: every ``iter(loader)`` (every
     ``for`` loop, ``zip``, ``islice``) starts a pass over one epoch. A pass ends when it
-    delivered its last batch, or when it is abandoned (``break``, then a new ``iter``);
+    delivered its last batch, or when it is abandoned after a batch (``break``, then a new ``iter``);
     the next pass then runs the next epoch from its beginning. ``set_epoch(e)`` picks the
     next pass's epoch explicitly, as with ``DistributedSampler``. Only
     :meth:`load_state_dict` continues an epoch in the middle. Breaking out of a loop, an
@@ -113,8 +113,9 @@ class Loader:
         self._epoch = epoch
         self._consumed = 0
         # True while the next pass starts at (epoch, consumed) as they stand: after
-        # construction, a finished pass, set_epoch or load_state_dict. A pass that was
-        # started and not finished makes the next one move to the next epoch.
+        # construction, a finished pass, set_epoch or load_state_dict. A pass that
+        # delivered a batch and did not finish makes the next one move to the next
+        # epoch; one that delivered nothing (Lightning's iter() probe) changes nothing.
         self._fresh = True
         # the running pass, held weakly: dropping the iterator (``break``) cancels it
         self._pass_ref: Callable[[], _Pass | None] = lambda: None
@@ -139,7 +140,7 @@ class Loader:
         if not self._fresh:
             self._epoch += 1
             self._consumed = 0
-        self._fresh = False
+            self._fresh = True
         source = self.source.at_epoch(self._epoch)
         chunks = plan_chunks(source, self.plan.shape, self.shard, self._consumed)
         if self.select_chunks is not None:
@@ -187,6 +188,7 @@ class Loader:
             if job is None:
                 self._finish(current)
                 raise StopIteration
+            self._fresh = False  # this pass delivered a batch: it now owns the epoch
             if self._order == "submit":
                 self._consumed = max(self._consumed, job.end)
             else:  # jobs arrive out of order: count what was delivered

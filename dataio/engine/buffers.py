@@ -26,16 +26,15 @@ __all__ = ["BufferPool"]
 
 
 class _Owner:
-    """Exposes one pooled block as an array of ``shape`` and ``dtype``."""
+    """Exposes one pooled block's bytes; arrays made from it keep it alive."""
 
     __slots__ = ("__array_interface__", "__weakref__", "block")
 
-    def __init__(self, block: np.ndarray, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    def __init__(self, block: np.ndarray) -> None:
         self.block = block
         self.__array_interface__ = {
-            "shape": shape,
-            "typestr": dtype.str,
-            "descr": dtype.descr,
+            "shape": (block.nbytes,),
+            "typestr": "|u1",
             "data": (block.ctypes.data, False),
             "version": 3,
         }
@@ -71,9 +70,11 @@ class BufferPool:
             else:
                 block = np.empty(nbytes, np.uint8)
                 self.allocated += 1
-        owner = _Owner(block, tuple(int(n) for n in shape), dtype)
+        owner = _Owner(block)
         weakref.finalize(owner, self._returned.append, block)
-        return np.asarray(owner)
+        # bytes first, then the dtype: extension dtypes (ml_dtypes' bfloat16) have no
+        # array-interface type string
+        return np.asarray(owner).view(dtype).reshape(shape)
 
     def _collect(self) -> None:
         while self._returned:
