@@ -62,13 +62,13 @@ class Loader:
 
     Passes behave like ``torch.utils.data.DataLoader``: every ``iter(loader)`` (every
     ``for`` loop, ``zip``, ``islice``) starts a pass over one epoch. A pass ends when it
-    delivered its last batch, or when it is abandoned after a batch (``break``, then a new ``iter``);
-    the next pass then runs the next epoch from its beginning. ``set_epoch(e)`` picks the
-    next pass's epoch explicitly, as with ``DistributedSampler``. Only
-    :meth:`load_state_dict` continues an epoch in the middle. Breaking out of a loop, an
-    exception or garbage collection cancel the pass's queued work; :meth:`close` (or
-    leaving the ``with`` block) ends the loader. ``next(loader)`` takes one batch of the
-    current pass, starting one when none runs.
+    delivered its last batch, or when it is abandoned after a batch (``break``, then a
+    new ``iter``); the next pass then runs the next epoch from its beginning.
+    ``set_epoch(e)`` picks the next pass's epoch explicitly, as with
+    ``DistributedSampler``. Only :meth:`load_state_dict` continues an epoch in the
+    middle. Breaking out of a loop, an exception or garbage collection cancel the pass's
+    queued work; :meth:`close` (or leaving the ``with`` block) ends the loader.
+    ``next(loader)`` takes one batch of the current pass, starting one when none runs.
     """
 
     def __init__(
