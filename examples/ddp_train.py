@@ -97,6 +97,7 @@ def train(rank: int, port: int, out: str) -> None:
             "last_loss": losses[-1],
         }
         Path(out, f"rank{rank}.json").write_text(json.dumps(result))
+        dist.barrier()  # no rank tears the group down while another still uses it
     finally:
         dist.destroy_process_group()
 
