@@ -51,6 +51,9 @@ LOADERS = {
     "torch.load mmap": ("torch", "pt"),
     "dataio numpy": ("numpy", "numpy"),
     "safetensors numpy": ("numpy", "numpy"),
+    # copy=True: read into memory, safe from truncation (decision 012)
+    "dataio torch copy": ("torch", "torch"),
+    "dataio numpy copy": ("numpy", "numpy"),
 }
 WRITERS = {
     # name -> framework of the state dict written
@@ -169,7 +172,9 @@ def _load(name: str, path: str) -> dict[str, Any]:
     if name.startswith("dataio"):
         import dataio.formats.safetensors as st
 
-        return st.read_safetensors(path, framework=LOADERS[name][0])  # type: ignore[arg-type]
+        framework = LOADERS[name][0]
+        copy = name.endswith("copy")
+        return st.read_safetensors(path, framework=framework, copy=copy)  # type: ignore[arg-type]
     if name == "safetensors torch":
         import safetensors.torch
 

@@ -20,7 +20,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from dataio.exceptions import NotFoundError, PlanError
+from dataio.exceptions import FormatError, NotFoundError, PlanError
 from dataio.expr import AGGREGATES, Expr, col
 from dataio.frame_plan import (
     Aggregate,
@@ -326,16 +326,24 @@ class LazyFrame(Source):
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        from dataio.formats._arrow import check_regular, open_error
+
         total = 0
         for path in node.files:
-            if node.format == "parquet":
-                total += pq.read_metadata(path).num_rows
-            else:
-                with pa.memory_map(path) as source:
-                    reader = pa.ipc.open_file(source)
-                    total += sum(
-                        reader.get_batch(i).num_rows for i in range(reader.num_record_batches)
-                    )
+            try:
+                check_regular(path, node.label())
+                if node.format == "parquet":
+                    total += pq.read_metadata(path).num_rows
+                else:
+                    with pa.memory_map(path) as source:
+                        reader = pa.ipc.open_file(source)
+                        total += sum(
+                            reader.get_batch(i).num_rows for i in range(reader.num_record_batches)
+                        )
+            except pa.ArrowException as exc:
+                raise FormatError(f"{node.label()}: cannot read {path!r}: {exc}") from None
+            except OSError as exc:
+                raise open_error(exc, path, node.label()) from None
         return total
 
     # -- display -----------------------------------------------------------------------
@@ -655,6 +663,11 @@ def _resolve(items: Sequence[str], fmt: str, listings: dict[str, list[str]]) -> 
             files += found
         elif os.path.isfile(item):
             files.append(item)
+        elif os.path.exists(item):  # a FIFO or device: reading it could block forever
+            raise FormatError(
+                f"scan_{fmt}: {item!r} is not a regular file (a FIFO, socket or device); "
+                "pass a file or a directory"
+            )
         else:
             raise NotFoundError(f"scan_{fmt}: no such file or directory {item!r}")
     return files

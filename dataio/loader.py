@@ -17,7 +17,7 @@ from dataio.engine.export import to_arrow, to_torch
 from dataio.engine.lower import lower
 from dataio.engine.state import LoaderState, validate_state
 from dataio.engine.stream import ShardSpec, plan_chunks
-from dataio.exceptions import DataioError, PlanError
+from dataio.exceptions import BatchFailedError, DataioError, PlanError
 from dataio.pipeline import BatchStage, Pipeline
 from dataio.sources import Source
 from dataio.sources import records as records_source
@@ -194,8 +194,15 @@ class Loader:
             else:  # jobs arrive out of order: count what was delivered
                 self._consumed += len(job.records)
             last = executor.drained
-            item = self._deliver(job, current.epoch)
-        except StopIteration:
+            try:
+                item = self._deliver(job, current.epoch)
+            except BatchFailedError:
+                # a failed batch is consumed like any other: the pass goes on (or, when
+                # it was the last one, ends)
+                if last:
+                    self._finish(current)
+                raise
+        except (StopIteration, BatchFailedError):
             raise
         except BaseException:
             self._abandon(current)
@@ -362,7 +369,12 @@ class Loader:
 
 
 class _Pass:
-    """One pass over the loader: the iterator ``iter(loader)`` returns."""
+    """The iterator of one pass, what ``iter(loader)`` returns.
+
+    Not a generator: one survives a ``BatchFailedError``, so ``next()`` after catching
+    it yields the next batch. The loader holds it weakly, so dropping it (a ``break``
+    out of a ``for`` loop) cancels its pass's queued work at once.
+    """
 
     def __init__(self, loader: Loader, executor: Executor, epoch: int) -> None:
         self.loader = loader

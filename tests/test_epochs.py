@@ -264,3 +264,26 @@ def test_the_last_batch_draws_from_its_own_epoch() -> None:
     assert epoch1 == values(pipe.bind(ROWS).run(seed=1, epoch=1))
     assert sorted(epoch0[1]) == sorted(epoch1[1]) == list(range(10, 20))
     assert epoch0[1] != epoch1[1]
+
+
+def test_a_failed_last_batch_still_ends_the_pass() -> None:
+    import io
+
+    import numpy as np
+
+    def npy(value: int) -> bytes:
+        out = io.BytesIO()
+        np.save(out, np.full(3, value, np.float32))
+        return out.getvalue()
+
+    rows = [{"key": f"r{i}", "x": npy(i) if i < 4 else b"broken"} for i in range(6)]
+    pipe = dataio.pipeline(dataio.slot("x").decode_numpy(), dataio.batch(2))
+    loader = pipe.bind(rows).run(on_failure="skip")
+    for epoch in range(2):
+        it = iter(loader)
+        assert [next(it).row_keys for _ in range(2)] == [["r0", "r1"], ["r2", "r3"]]
+        with pytest.raises(dataio.BatchFailedError):
+            next(it)
+        assert loader.epoch == epoch + 1 and loader.state_dict()["samples_consumed"] == 0
+        with pytest.raises(StopIteration):
+            next(it)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -84,6 +85,46 @@ def _numeric(values: list[Any]) -> Any:
     return values
 
 
+def _stacks(job: BatchJob, kernel: SlotKernel, unstacked: frozenset[str]) -> bool:
+    """Whether a slot's rows are variable-shape arrays that :func:`_column` stacks."""
+    name = kernel.name
+    return not (
+        name in job.buffers
+        or kernel.passthrough
+        or kernel.objects
+        or name in unstacked
+        or job.inactive.get(name)
+    )
+
+
+def _mark_odd_shapes(
+    job: BatchJob, errors: list[DataioError | None], unstacked: frozenset[str]
+) -> None:
+    """Make rows whose shape differs from the batch's most common shape row errors.
+
+    The rule: per stacked slot, among the rows still surviving, the most common shape
+    wins (a tie goes to the shape of the earliest row); every other row gets a
+    :class:`ShapeMismatchError` naming it, so ``on_failure`` decides as for any bad row.
+    """
+    for kernel in job.kernels:
+        if not _stacks(job, kernel, unstacked):
+            continue
+        values = job.values[kernel.name]
+        rows = [row for row, error in enumerate(errors) if error is None]
+        shapes = [np.shape(values[row]) for row in rows]
+        counts = Counter(shapes)  # insertion-ordered: max() breaks ties by first row
+        if len(counts) <= 1:
+            continue
+        kept = max(counts, key=counts.__getitem__)
+        for row, shape in zip(rows, shapes, strict=True):
+            if shape != kept:
+                errors[row] = ShapeMismatchError(
+                    f"slot {kernel.name!r} produced rows of different shapes: this one "
+                    f"{shape}, {counts[kept]} of the batch's {len(rows)} rows {kept}; add a "
+                    "fixed-size op (resize, a crop, fix_length) or batch_transforms.padding"
+                ).with_row(index=job.positions[row], key=job.keys[row], slot=kernel.name)
+
+
 def _column(job: BatchJob, kernel: SlotKernel, rows: list[int], unstacked: frozenset[str]) -> Any:
     name = kernel.name
     inactive = job.inactive.get(name, set())
@@ -122,14 +163,18 @@ def assemble(
 ) -> Batch:
     """Apply the failure policy and build the batch; Python map errors re-raise as is.
 
-    Slots in ``unstacked`` stay lists of rows (a later batch transform pads them).
+    Slots in ``unstacked`` stay lists of rows (a later batch transform pads them). Rows
+    of a stacked slot whose shape is not the batch's most common one are row errors
+    (:func:`_mark_odd_shapes`), dropped under ``skip`` like any other bad row.
     """
     if job.fatal:
         raise min(job.fatal, key=lambda item: item[0])[1]
-    errors = [e for e in job.errors if e is not None]
+    by_row = list(job.errors)
+    _mark_odd_shapes(job, by_row, unstacked)
+    errors = [e for e in by_row if e is not None]
     if errors:
         policy.report(errors)
-        keep = [row for row, e in enumerate(job.errors) if e is None]
+        keep = [row for row, e in enumerate(by_row) if e is None]
         policy.check(errors, len(keep), len(job.records))
     else:
         keep = list(range(len(job.records)))

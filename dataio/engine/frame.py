@@ -224,6 +224,12 @@ def translate(exc: BaseException, where: str, path: str | None = None) -> Dataio
         "no such file" in lowered or ("not found" in lowered and "field" not in lowered)
     ):
         return NotFoundError(f"{where}: the file {path!r} is gone: {message}")
+    if "object store error" in lowered:
+        # the storage server failed (went away, timed out, refused), whatever the reader
+        # was parsing at the time: not a format error (dataio.io's rules say which)
+        from dataio.io.errors import translate as translate_io
+
+        return translate_io(RuntimeError(message), path or where, where)
     if path is not None and (
         type(exc).__name__ == "PanicException"
         or (any(k in lowered for k in _READ_ERRORS) and "cast" not in lowered)
@@ -290,26 +296,34 @@ def _read(
 
 
 def _check_file(fmt: str, path: str) -> None:
-    """Reject a corrupt Parquet footer or Arrow IPC header with a clear error."""
+    """Reject a corrupt Parquet footer or Arrow IPC file with a clear error."""
     import pyarrow as pa
+
+    from dataio.formats._arrow import check_ipc_file, check_regular, open_error
 
     if is_remote(path):
         return  # DataFusion reads the footer next; its errors name the file
-    if not os.path.exists(path):
-        raise NotFoundError(f"scan_{fmt}: no such file {path!r}")
+    if fmt not in ("parquet", "feather"):
+        if not os.path.exists(path):
+            raise NotFoundError(f"scan_{fmt}: no such file {path!r}")
+        return
+    check_regular(path, f"scan_{fmt}")  # a FIFO would block; say which file is unreadable
     try:
         if fmt == "parquet":
             import pyarrow.parquet as pq
 
             pq.read_metadata(path)
-        elif fmt == "feather":
-            with pa.memory_map(path) as source:
-                pa.ipc.open_file(source).schema  # noqa: B018 - reading validates
-    except (pa.ArrowInvalid, OSError) as exc:
+        else:
+            check_ipc_file(path, f"scan_{fmt}")
+    except (pa.ArrowException, ValueError) as exc:
+        if isinstance(exc, DataioError):
+            raise
         what = "Parquet footer" if fmt == "parquet" else "Arrow IPC file header/footer"
         raise FormatError(
             f"scan_{fmt}: {path!r} is not a valid {fmt} file (corrupt {what}): {exc}"
         ) from None
+    except OSError as exc:
+        raise open_error(exc, path, f"scan_{fmt}") from None
 
 
 _FILE_SCHEMAS: dict[tuple[str, str, str, int, int], Any] = {}
@@ -364,8 +378,18 @@ def _read_file(ctx: Any, scan: Scan, path: str) -> Any:
     if not is_remote(path) and not os.path.isfile(path):
         # with a schema given, DataFusion reads a missing local file as empty
         raise NotFoundError(f"{scan.label()}: the file {path!r} is gone")
+    _check_data(scan, path)
     with guard(f"scan_{scan.format}", path):
         return _read(ctx, scan.format, path, dict(scan.options), scan.schema)
+
+
+def _check_data(scan: Scan, path: str) -> None:
+    """Validate a local Arrow IPC file before DataFusion reads it (once per path, size and
+    mtime): DataFusion trusts its offsets, and damaged ones crash the process."""
+    if scan.format == "feather" and not is_remote(path):
+        from dataio.formats._arrow import check_ipc_file
+
+        check_ipc_file(path, scan.label())
 
 
 def _listing(scan: Scan) -> tuple[str, str] | None:
@@ -917,6 +941,8 @@ def _chain_batches(
     if listing is not None:
         assert isinstance(source, Scan)
         directory, extension = listing
+        for path in source.files:
+            _check_data(source, path)
         try:
             with guard(where):
                 options = dict(source.options)
@@ -1049,6 +1075,8 @@ def feather_table(node: Node) -> Any:
     memory map: Arrow types and buffers come out as stored. ``None`` for other plans."""
     import pyarrow as pa
 
+    from dataio.formats._arrow import check_ipc_file, open_error
+
     columns: list[str] | None = None
     renames: dict[str, str] = {}
     offset, length = 0, None
@@ -1078,12 +1106,17 @@ def feather_table(node: Node) -> Any:
     for path in node.files:
         with guard(node.label(), path):
             try:
+                # damaged offsets would crash whatever reads the table next; checked
+                # once per path, size and mtime, so re-reading a file stays zero-copy
+                check_ipc_file(path, node.label())
                 with pa.memory_map(path) as source:
                     table = pa.ipc.open_file(source).read_all()
             except FileNotFoundError:
                 raise NotFoundError(f"{node.label()}: the file {path!r} is gone") from None
-            except pa.ArrowInvalid as exc:
+            except pa.ArrowException as exc:
                 raise FormatError(f"{node.label()}: cannot read {path!r}: {exc}") from None
+            except OSError as exc:
+                raise open_error(exc, path, node.label()) from None
         if columns is not None:
             table = table.select(columns)
         tables.append(table)

@@ -7,7 +7,9 @@ costs its header parse plus one page fault per page actually touched:
 * torch tensors view a private copy-on-write mapping (``mmap.ACCESS_COPY``): they are
   writable, and a write copies only the page it touches, never reaching the file.
 
-Views keep their mapping alive, so arrays stay valid after the file is closed.
+Views keep their mapping alive, so arrays stay valid after the file is closed. A file
+truncated under a live view kills the process with ``SIGBUS`` when a lost page is
+touched; ``copy=True`` reads into memory instead (decision 012).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from dataio.exceptions import (
 from dataio.formats._devices import cuda_target, gds_available, gds_info, to_device
 from dataio.formats._safetensors_write import INDEX_NAME, parse_size, write_safetensors
 from dataio.io import read_bytes
+from dataio.io.local import open_file
 from dataio.ops import choice
 from dataio.udfs.tensor import (
     SafetensorsHeader,
@@ -64,12 +67,7 @@ class _MappedFile:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        try:
-            self._file = open(path, "rb")  # noqa: SIM115 - owned until close()
-        except FileNotFoundError:
-            raise NotFoundError(f"no such safetensors file {path!r}; check the path") from None
-        except OSError as exc:
-            raise DataioError(f"cannot open {path!r}: {exc.strerror or exc}") from exc
+        self._file = open_file(path, "open safetensors file")  # owned until close()
         try:
             self.size = os.fstat(self._file.fileno()).st_size
             fd = self._file.fileno()
@@ -88,17 +86,41 @@ class _MappedFile:
         if found is None:
             if self._file.closed:
                 raise DataioError(f"{self.path} is closed; open it again to read")
-            found = mmap.mmap(self._file.fileno(), self.size, access=access)
+            try:
+                found = mmap.mmap(self._file.fileno(), self.size, access=access)
+            except (OSError, ValueError) as exc:  # the file shrank since its header was read
+                raise FormatError(f"cannot map {self.path}: {exc}; was it truncated?") from exc
             self._maps[access] = found
         return found
 
-    def array(self, entry: TensorEntry) -> np.ndarray:
+    def read_bytes(self, entry: TensorEntry) -> bytearray:
+        """A tensor's bytes, read (not mapped) into a new writable buffer."""
+        if self._file.closed:
+            raise DataioError(f"{self.path} is closed; open it again to read")
+        buffer = bytearray(entry.nbytes)
+        view, done, fd = memoryview(buffer), 0, self._file.fileno()
+        while done < entry.nbytes:  # Linux reads at most ~2 GiB per call
+            n = os.preadv(fd, [view[done:]], entry.start + done)
+            if n == 0:
+                raise FormatError(
+                    f"{self.path}: tensor {entry.name!r} ends at byte {entry.end} but the file "
+                    f"now ends at {entry.start + done}; it was truncated while being read"
+                )
+            done += n
+        return buffer
+
+    def array(self, entry: TensorEntry, copy: bool = False) -> np.ndarray:
         if entry.nbytes == 0:
             empty = entry_array(b"", _at_zero(entry), source=self.path)
             return empty
+        if copy:
+            return entry_array(self.read_bytes(entry), _at_zero(entry), source=self.path)
         return entry_array(self.mapping(mmap.ACCESS_READ), entry, source=self.path)
 
-    def tensor(self, entry: TensorEntry) -> Any:
+    def tensor(self, entry: TensorEntry, copy: bool = False) -> Any:
+        if copy and entry.nbytes:
+            data = self.read_bytes(entry)
+            return _torch_view(lambda: data, _at_zero(entry), self.path)
         return _torch_view(lambda: self.mapping(mmap.ACCESS_COPY), entry, self.path)
 
     def close(self) -> None:
@@ -109,7 +131,8 @@ class _MappedFile:
 
 
 def _at_zero(entry: TensorEntry) -> TensorEntry:
-    return TensorEntry(entry.name, entry.dtype, entry.shape, 0, 0)
+    """The entry of a buffer holding only this tensor's bytes."""
+    return TensorEntry(entry.name, entry.dtype, entry.shape, 0, entry.nbytes)
 
 
 def _torch_dtype(entry: TensorEntry, source: str) -> Any:
@@ -140,9 +163,21 @@ def _torch_shape(entry: TensorEntry, source: str) -> tuple[int, ...]:
 
 def _torch_view(buffer: Any, entry: TensorEntry, source: str) -> Any:
     """A torch tensor over ``buffer()`` (a callable, so empty tensors map nothing)."""
+    dtype, shape = _torch_dtype(entry, source), _torch_shape(entry, source)
+    try:
+        return _torch_over(buffer, entry, dtype, shape)
+    except (RuntimeError, TypeError, ValueError, OverflowError) as exc:
+        # Headers are checked first; torch still refuses e.g. an empty tensor whose other
+        # sizes multiply past 2**63.
+        raise FormatError(
+            f"{source}: tensor {entry.name!r} of shape {list(entry.shape)} cannot be made "
+            f"a torch tensor: {exc}"
+        ) from exc
+
+
+def _torch_over(buffer: Any, entry: TensorEntry, dtype: Any, shape: tuple[int, ...]) -> Any:
     import torch
 
-    dtype, shape = _torch_dtype(entry, source), _torch_shape(entry, source)
     if entry.nbytes == 0:
         return torch.empty(shape, dtype=dtype)
     itemsize = torch.empty((), dtype=dtype).element_size()
@@ -260,6 +295,7 @@ class SafetensorsFile(Closing):
         keys: Iterable[str] | None = None,
         framework: Framework = "numpy",
         device: str | None = None,
+        copy: bool = False,
     ) -> Any:
         """Read one tensor (``key=``), several (``keys=``) or, with neither, all of them.
 
@@ -270,6 +306,8 @@ class SafetensorsFile(Closing):
                 a copy-on-write mapping).
             device: ``None`` / ``"cpu"``, or ``"cuda:N"`` (torch only) to copy each tensor
                 to that GPU through pinned memory.
+            copy: read into writable memory instead of viewing a file mapping: slower to
+                load, but safe if the file is truncated or rewritten while in use.
 
         Raises:
             FieldError: a name is not in the checkpoint.
@@ -286,9 +324,9 @@ class SafetensorsFile(Closing):
         for name in names:
             opened, entry = self._entry(name)
             if framework == "numpy":
-                out[name] = opened.array(entry)
+                out[name] = opened.array(entry, copy)
             else:
-                out[name] = opened.tensor(entry)
+                out[name] = opened.tensor(entry, copy)
         if target is not None:
             out = to_device(out, target)
         return out[key] if key is not None else out
@@ -338,12 +376,15 @@ def read_safetensors(
     keys: Iterable[str] | None = None,
     framework: Framework = "numpy",
     device: str | None = None,
+    copy: bool = False,
 ) -> dict[str, Any]:
     """Read a safetensors file or (sharded) checkpoint directory into a dict of tensors.
 
     NumPy results are read-only views of a shared file mapping; torch results are
     writable views of a private copy-on-write mapping. Nothing is copied until a page is
     touched (or, for torch, written). BF16 and F8 become ``ml_dtypes`` arrays in NumPy.
+    A mapped file truncated while its tensors live kills the process (``SIGBUS``) when a
+    lost page is touched; ``copy=True`` reads every tensor into writable memory instead.
 
     ``device="cuda:N"`` copies each tensor to the GPU through pinned host buffers;
     GPUDirect Storage (see :func:`gds_info`) is not used for this yet.
@@ -354,6 +395,7 @@ def read_safetensors(
         keys: the tensors to read (default: all).
         framework: ``"numpy"`` or ``"torch"``.
         device: ``None`` / ``"cpu"`` or ``"cuda:N"`` (torch only).
+        copy: read into memory rather than map the file (see above).
 
     Raises:
         FormatError: a header or index is malformed.
@@ -364,5 +406,5 @@ def read_safetensors(
         >>> sd = dataio.read_safetensors("/ckpt/", framework="torch")  # doctest: +SKIP
     """
     with open_safetensors(path_or_dir) as st:
-        result: dict[str, Any] = st.read(keys=keys, framework=framework, device=device)
+        result: dict[str, Any] = st.read(keys=keys, framework=framework, device=device, copy=copy)
         return result

@@ -7,7 +7,9 @@ A TFRecord file is a sequence of records, each::
 (little-endian). ``data`` is usually a serialized ``tf.train.Example``: a map from feature
 name to a ``BytesList``, ``FloatList`` or ``Int64List``. Both checksums are verified; a
 mismatch or a truncated record raises :class:`~dataio.FormatError` naming the file, the
-record number and its byte offset.
+record number and its byte offset. A length field is checked against the bytes left
+in the file and ``max_decoded_bytes`` before anything is read on its strength, and a
+long record is read in steps of ``max_prealloc_bytes``.
 
 A whole file may be compressed, as TensorFlow's ``GZIP`` and ``ZLIB`` options write it:
 the records above as one gzip or zlib stream. Offsets then count decompressed bytes.
@@ -18,6 +20,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import stat
 import struct
 import zlib
 from collections.abc import Iterator
@@ -25,7 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from dataio.exceptions import FormatError, NotFoundError, PlanError
+from dataio import limits
+from dataio.exceptions import FormatError, PlanError
+from dataio.io.local import open_file
 
 __all__ = [
     "COMPRESSIONS",
@@ -185,10 +190,7 @@ def _open(path: str, kind: str | None) -> tuple[Any, str]:
 
         handle = io.BytesIO(read_bytes(path))  # NotFoundError names the URI
     else:
-        try:
-            handle = open(path, "rb")  # noqa: SIM115 - the caller closes it
-        except FileNotFoundError:
-            raise NotFoundError(f"no such TFRecord file {path!r}") from None
+        handle = open_file(path.removeprefix("file://"), "read TFRecord file")
     if kind is None:
         kind = compression_of(handle.read(12))
         handle.seek(0)
@@ -208,10 +210,19 @@ def _records(
         handle = io.BufferedReader(_ZlibReader(raw))
     offset = 0
     number = 0
+    size = _plain_size(raw) if kind == "none" else None
 
     def read(n: int, where: str) -> bytes:
         try:
-            return bytes(handle.read(n))
+            step = limits.get().max_prealloc_bytes
+            if n <= step:
+                return bytes(handle.read(n))
+            # Grow as bytes arrive: a length field alone must not allocate.
+            parts = []
+            while n > 0 and (chunk := handle.read(min(n, step))):
+                parts.append(chunk)
+                n -= len(chunk)
+            return b"".join(parts)
         except _STREAM_ERRORS as exc:
             told = "" if named else " (told from the first bytes: pass compression='none' if not)"
             raise FormatError(
@@ -230,6 +241,12 @@ def _records(
             (length_crc,) = struct.unpack("<I", header[8:])
             if verify and masked_crc32c(header[:8]) != length_crc:
                 raise FormatError(f"{where}: length checksum mismatch (corrupt length field)")
+            if size is not None and offset + 16 + length > size:
+                raise FormatError(
+                    f"{where}: truncated: the record declares {length:,} data bytes, the file "
+                    f"holds {max(size - offset - 16, 0):,} more"
+                )
+            limits.check("max_decoded_bytes", length, what=f"{where}: record length")
             data = read(length, where)
             if len(data) < length:
                 raise FormatError(f"{where}: truncated data ({len(data)} of {length} bytes)")
@@ -244,6 +261,18 @@ def _records(
     finally:
         handle.close()
         raw.close()
+
+
+def _plain_size(raw: Any) -> int | None:
+    """The size of an uncompressed file (or in-memory copy), when it has one."""
+    if isinstance(raw, io.BytesIO):
+        with raw.getbuffer() as view:
+            return view.nbytes
+    try:
+        status = os.fstat(raw.fileno())
+    except (OSError, AttributeError, io.UnsupportedOperation):
+        return None
+    return status.st_size if stat.S_ISREG(status.st_mode) else None  # a pipe has no size
 
 
 def iter_tfrecord(
@@ -333,15 +362,18 @@ def _fields(data: bytes) -> Iterator[tuple[int, int, Any]]:
 
 
 def _signed(value: int) -> int:
+    value &= (1 << 64) - 1  # a 10-byte varint carries 70 bits; protobuf keeps the low 64
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
 def _feature(data: bytes) -> Feature:
     kind: int | None = None
     out: Feature = []
-    for number, _, value in _fields(data):
+    for number, wire, value in _fields(data):
         if number not in (1, 2, 3):
             continue
+        if wire != 2:
+            raise FormatError(f"a Feature's list (field {number}) is not length-delimited")
         kind = number
         out = _list_values(number, value)
     if kind is None:

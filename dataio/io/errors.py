@@ -79,6 +79,9 @@ def translate(exc: BaseException, uri: object, verb: str) -> DataioError:
     target = redact(str(uri))
     if isinstance(exc, obx.NotFoundError | FileNotFoundError):
         return NotFoundError(f"no object at {target!r}; check the path, bucket and key")
+    if isinstance(exc, ValueError) and "null byte" in full:
+        # os.open refuses a path holding NUL; no file can have such a name
+        return NotFoundError(f"no object at {target!r}: the path holds a NUL byte")
     # the full text: error bodies name their code after the URL, past the summary's cut
     if isinstance(exc, obx.UnauthenticatedError) or _AUTH_CODES.search(full):
         return AuthenticationError(

@@ -11,11 +11,13 @@ import zlib
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from dataio import limits
 from dataio.exceptions import DataioError, DecodeError, NotFoundError
 from dataio.io import cache
 from dataio.io.config import redact, store_for
 from dataio.io.errors import call
 from dataio.io.stream import stream
+from dataio.io.tar import checked_tarinfo
 from dataio.io.uri import parse, require_writable
 from dataio.io.verbs import fetch_whole, read
 
@@ -75,7 +77,7 @@ class Reader:
                 else:
                     source = _tar_member(source, arg, self.uri, stack)
             try:
-                return source.read()
+                return _read_bounded(source, repr(self))
             except (OSError, EOFError, zlib.error, tarfile.TarError) as exc:
                 raise _not_readable(exc, self.uri) from None
 
@@ -96,6 +98,19 @@ class Reader:
         return fetch_whole(loc, self.uri)
 
 
+def _read_bounded(source: Any, what: str) -> bytes:
+    """Read ``source`` to its end in pieces, refusing past ``max_decoded_bytes`` (a gzip
+    bomb inflates ~1000:1, so the compressed size bounds nothing)."""
+    cap = limits.get().max_decoded_bytes
+    parts, total = [], 0
+    while chunk := source.read(_MIB):
+        total += len(chunk)
+        if total > cap:
+            limits.check("max_decoded_bytes", total, what=redact(what))
+        parts.append(chunk)
+    return b"".join(parts)
+
+
 def _not_readable(exc: BaseException, uri: str) -> DataioError:
     if isinstance(exc, DataioError):
         return exc
@@ -107,8 +122,18 @@ def _not_readable(exc: BaseException, uri: str) -> DataioError:
 def _tar_member(source: Any, name: str, uri: str, stack: contextlib.ExitStack) -> Any:
     """The file-like content of member ``name``, read from ``source`` in stream mode:
     members before it are skipped, nothing after it is read."""
+
+    def total(tar: Any) -> int | None:
+        # an uncompressed stream's length bounds its members; a compressed one's does not
+        size = getattr(source, "size", None)
+        return size if getattr(tar.fileobj, "comptype", None) == "tar" else None
+
     try:
-        archive = stack.enter_context(tarfile.open(fileobj=source, mode="r|*"))  # noqa: SIM115
+        archive = stack.enter_context(
+            tarfile.open(  # noqa: SIM115 - the stack closes it
+                fileobj=source, mode="r|*", tarinfo=checked_tarinfo(redact(uri), total)
+            )
+        )
         seen: list[str] = []
         for member in archive:
             if member.name == name:

@@ -7,12 +7,16 @@ pyarrow reads the Arrow formats. Each decoder's imports load on first use.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable
+from stat import S_ISREG
 from typing import Any, get_args
 
+from dataio import limits
 from dataio.exceptions import DataioError, DecodeError, FormatError
 from dataio.io.config import redact
 from dataio.io.errors import call
+from dataio.io.local import FLAGS, check_regular, read_bounded
 from dataio.io.uri import parse
 from dataio.io.verbs import ReadFormat, read
 
@@ -43,18 +47,23 @@ def read_bytes(uri: str | os.PathLike[str]) -> bytes:
 
 
 def _read_file(path: str) -> bytes:
-    """A local file's bytes in as few system calls (each a GIL round trip) as possible."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    """A local file's bytes in as few system calls (each a GIL round trip) as possible.
+
+    Only regular files: a FIFO would block, ``/dev/zero`` never ends (see
+    :mod:`dataio.io.local`)."""
+    fd = os.open(path, FLAGS)
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        if not S_ISREG(st.st_mode):
+            check_regular(path, st.st_mode, "read")
+        size = st.st_size
+        if size > limits.get().max_decoded_bytes:
+            limits.check("max_decoded_bytes", size, what=f"reading {path!r}")
         data = os.read(fd, size) if size else b""
         if len(data) == size and size:
             return data
-        # a short read, or a file whose size stat does not know (/proc, pipes): drain it
-        parts = [data]
-        while chunk := os.read(fd, 1 << 20):
-            parts.append(chunk)
-        return b"".join(parts)
+        # a short read, or a file whose size stat does not know (/proc): drain it
+        return read_bounded(fd, path, data)
     finally:
         os.close(fd)
 
@@ -135,30 +144,43 @@ def _parquet(data: Any, mode: str | None, source: str) -> Any:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from dataio.formats._arrow import validated
+
     try:
-        return pq.read_table(pa.BufferReader(pa.py_buffer(data)))
-    except (pa.ArrowException, OSError) as exc:
+        table = pq.read_table(pa.BufferReader(pa.py_buffer(data)))
+    except (pa.ArrowException, OSError, ValueError) as exc:
         raise DecodeError(f"{source!r} is not a readable Parquet file: {exc}") from None
+    return validated(table, source)
 
 
 def _arrow(data: Any, mode: str | None, source: str) -> Any:
-    """An Arrow IPC file (Feather v2), an IPC stream, or a Feather v1 file."""
+    """An Arrow IPC file (Feather v2), an IPC stream, or a Feather v1 file, validated."""
     import pyarrow as pa
+
+    from dataio.formats._arrow import check_feather_v1, validated
 
     buffer = pa.py_buffer(data)
     head = bytes(memoryview(data)[:6])
     try:
         if head == b"ARROW1":
-            return pa.ipc.open_file(buffer).read_all()
-        if head.startswith(b"FEA1"):
+            table = pa.ipc.open_file(buffer).read_all()
+        elif head.startswith(b"FEA1"):
             import pyarrow.feather as feather
 
-            return feather.read_table(pa.BufferReader(buffer))
-        return pa.ipc.open_stream(buffer).read_all()
-    except (pa.ArrowException, OSError) as exc:
+            # pyarrow slices V1 buffers at the footer's offsets unchecked: check first
+            check_feather_v1(memoryview(data), source)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)  # V1 still reads
+                table = feather.read_table(pa.BufferReader(buffer))
+        else:
+            table = pa.ipc.open_stream(buffer).read_all()
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        if isinstance(exc, FormatError):
+            raise
         raise DecodeError(
             f"{source!r} is not a readable Arrow IPC file or stream, nor Feather: {exc}"
         ) from None
+    return validated(table, source)
 
 
 def _image(data: Any, mode: str | None, source: str) -> Any:

@@ -33,6 +33,7 @@ from dataio.exceptions import (
 )
 from dataio.io.config import credentials_for, derived_store, redact, store_for, transport_for
 from dataio.io.errors import call, translate
+from dataio.io.local import open_regular
 from dataio.io.uri import Location, parse
 
 if TYPE_CHECKING:
@@ -400,9 +401,8 @@ def stream(
 class _LocalBody(_Body):
     def __init__(self, loc: Location, uri: str) -> None:
         def open_file() -> Any:
-            f = open(loc.path, "rb")  # noqa: SIM115 - closed by close()
-            self.size = os.fstat(f.fileno()).st_size
-            return f
+            fd, self.size = open_regular(loc.path, "stream")
+            return os.fdopen(fd, "rb", buffering=0)
 
         self.uri = uri
         self._file = call(open_file, uri, "stream")
@@ -528,6 +528,7 @@ class _HttpBody(_Body):
         self._socket = _socket_of(self._response)
         length = self._response.headers.get("Content-Length")
         self.size = int(length) if length and length.isdigit() else None
+        self._got = 0
         self._lock = threading.Lock()
 
     def next_chunk(self) -> bytes | None:
@@ -540,7 +541,16 @@ class _HttpBody(_Body):
             if self._response is None:  # close() from another thread cut this read
                 return None
             raise self._error(exc) from None
-        return chunk or None
+        if chunk:
+            self._got += len(chunk)
+            return chunk
+        if self.size is not None and self._got < self.size and self._response is not None:
+            # read1 ends quietly when the server closes before Content-Length bytes
+            raise TransportError(
+                f"stream {redact(self.uri)!r} failed: the server closed the connection after "
+                f"{self._got} of the {self.size} bytes its Content-Length declared"
+            )
+        return None
 
     def _error(self, exc: Exception) -> DataioError:
         import http.client

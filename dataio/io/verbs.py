@@ -14,10 +14,12 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, overload
 
+from dataio import limits
 from dataio.exceptions import DataioError, NotFoundError, OutOfRangeError
 from dataio.io import cache
 from dataio.io.config import redact, store_for, transport_for
 from dataio.io.errors import call
+from dataio.io.local import open_regular, read_bounded
 from dataio.io.uri import Location, parse, require_writable
 
 _bytes: Any
@@ -158,12 +160,17 @@ def fetch_whole(loc: Location, uri: URI) -> Any:
 def _download(loc: Location, uri: URI, *, offset: int = 0, size: int | None = None) -> Any:
     """The object (or a range) from its server: for a small body, the buffer it arrived
     in; for a large one, a ``bytes`` its pieces were streamed into (no other full-size
-    buffer is made; without the compiled helper the pieces are joined)."""
+    buffer is made). Bodies declaring more than ``max_prealloc_bytes`` (or without the
+    compiled helper) are joined from their pieces once all have arrived."""
     target: list[Any] = []  # the bytes and a writable view of it, for a streamed body
     pieces: dict[int, Any] = {}
 
     def expect(total: int) -> None:
-        if total >= STREAM_BYTES and _bytes is not None:
+        if size is None and not offset:
+            limits.check("max_decoded_bytes", total, what=f"reading {redact(str(uri))!r}")
+        # a declared size is only a claim: past max_prealloc_bytes, pieces are kept as
+        # they arrive and joined at the end, so a lying Content-Length costs nothing
+        if STREAM_BYTES <= total <= limits.get().max_prealloc_bytes and _bytes is not None:
             target.extend(_bytes.blank(total))
 
     def sink(at: int, piece: Any) -> None:
@@ -354,20 +361,34 @@ def _check_range(offset: int | None, size: int | None) -> None:
 
 
 def _read_local(path: str, offset: int, size: int | None) -> bytes:
-    with open(path, "rb") as f:
-        if offset:
-            total = os.fstat(f.fileno()).st_size
-            if offset >= total:
-                raise OutOfRangeError(
-                    f"read {path!r}: offset {offset} is past the end of its {total} bytes"
-                )
-            f.seek(offset)
-        return f.read() if size is None else f.read(size)
+    fd, total = open_regular(path, "read")
+    try:
+        if offset and total and offset >= total:
+            raise _past_end(path, offset, total)
+        # never ask the OS for more than the file holds: read(n) allocates n first
+        want = total - offset if size is None else min(size, max(total - offset, 0))
+        if size is None:
+            limits.check("max_decoded_bytes", want, what=f"reading {path!r}")
+        data = os.pread(fd, want, offset) if want else b""
+        if len(data) == want and (want or total):
+            return data
+        # a short read, or a file whose size stat does not know (/proc): drain it
+        os.lseek(fd, offset + len(data), os.SEEK_SET)
+        rest = read_bounded(fd, path, data)
+        if offset and not rest:
+            raise _past_end(path, offset, 0)
+        return rest if size is None else rest[:size]
+    finally:
+        os.close(fd)
+
+
+def _past_end(path: str, offset: int, total: int) -> OutOfRangeError:
+    return OutOfRangeError(f"read {path!r}: offset {offset} is past the end of its {total} bytes")
 
 
 def _readinto_local(path: str, view: memoryview) -> int:
-    with open(path, "rb", buffering=0) as f:
-        total = os.fstat(f.fileno()).st_size
+    fd, total = open_regular(path, "fetch_into")
+    try:
         if total > len(view):
             raise DataioError(
                 f"fetch_into {path!r}: the file has {total} bytes but the buffer holds "
@@ -375,11 +396,13 @@ def _readinto_local(path: str, view: memoryview) -> int:
             )
         done = 0
         while done < total:
-            n = f.readinto(view[done:total])
+            n = os.readv(fd, [view[done:total]])
             if not n:
                 break
             done += n
         return done
+    finally:
+        os.close(fd)
 
 
 def _fetch(

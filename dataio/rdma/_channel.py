@@ -11,7 +11,9 @@ server's ``local_addr`` (the same host and port the user passes to ``connect``):
    posts more work, or while it waits for completions.
 
 A frame is a 4-byte big-endian length and that many bytes of UTF-8 JSON (an object).
-Binary fields (the fabric address) are hex strings. Frames are capped at 64 KiB.
+Binary fields (the fabric address) are hex strings. Frames are capped at 64 KiB: a
+larger declared length is refused before its body is read, and any body that does not
+parse (including JSON nested too deeply for the parser) is a :class:`TransportError`.
 
 hello (client → server)::
 
@@ -41,7 +43,7 @@ from typing import Any
 
 from dataio.exceptions import PlanError, TransportError
 
-__all__ = ["PROTOCOL", "parse_address", "recv_frame", "send_frame"]
+__all__ = ["PROTOCOL", "FrameReader", "decode_frame", "parse_address", "recv_frame", "send_frame"]
 
 PROTOCOL = "dataio.rdma/1"
 MAX_FRAME = 1 << 16
@@ -85,15 +87,59 @@ def _recv_exactly(sock: socket.socket, size: int) -> bytes:
     return b"".join(chunks)
 
 
+def _check_size(size: int) -> None:
+    if size > MAX_FRAME:
+        raise TransportError(f"side-channel frame of {size} bytes exceeds {MAX_FRAME}")
+
+
+def decode_frame(body: bytes) -> dict[str, Any]:
+    """Parse one frame's body (raises :class:`TransportError` on anything but an object)."""
+    try:
+        message = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        # RecursionError: "[[[[..." within the size cap still exhausts the parser's stack.
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise TransportError(f"side-channel frame is not JSON: {reason}") from None
+    if not isinstance(message, dict):
+        raise TransportError(f"side-channel frame is not an object: {_short(message)}")
+    return message
+
+
+def _short(value: Any) -> str:
+    try:
+        text = repr(value)
+    except RecursionError:
+        text = f"<deeply nested {type(value).__name__}>"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def recv_frame(sock: socket.socket) -> dict[str, Any]:
     """Receive one JSON frame (raises :class:`TransportError` on EOF or garbage)."""
     (size,) = _HEADER.unpack(_recv_exactly(sock, _HEADER.size))
-    if size > MAX_FRAME:
-        raise TransportError(f"side-channel frame of {size} bytes exceeds {MAX_FRAME}")
-    try:
-        message = json.loads(_recv_exactly(sock, size))
-    except ValueError as exc:
-        raise TransportError(f"side-channel frame is not JSON: {exc}") from None
-    if not isinstance(message, dict):
-        raise TransportError(f"side-channel frame is not an object: {message!r}")
-    return message
+    _check_size(size)
+    return decode_frame(_recv_exactly(sock, size))
+
+
+class FrameReader:
+    """Assemble one frame from bytes as they arrive (for non-blocking sockets).
+
+    The declared length is checked as soon as the 4-byte header is in, so an oversized
+    frame is refused without buffering its body.
+    """
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self._size: int | None = None
+
+    def feed(self, data: bytes) -> dict[str, Any] | None:
+        """Add received bytes; return the frame once complete, else None."""
+        self._buffer += data
+        if self._size is None and len(self._buffer) >= _HEADER.size:
+            (self._size,) = _HEADER.unpack_from(self._buffer)
+            _check_size(self._size)
+            del self._buffer[: _HEADER.size]
+        if self._size is None or len(self._buffer) < self._size:
+            return None
+        if len(self._buffer) > self._size:
+            raise TransportError("the peer sent bytes past its hello frame; expected one frame")
+        return decode_frame(bytes(self._buffer))

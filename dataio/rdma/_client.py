@@ -51,6 +51,44 @@ def _require_cuda(shim_version: int) -> None:
         raise DeviceError("connect(..., cuda=True) needs libfabric >= 1.9 for FI_HMEM")
 
 
+_WELCOME_INTS = ("size", "base", "key")
+
+
+def _check_welcome(welcome: dict[str, Any], addr: str) -> tuple[str, bytes]:
+    """Validate a welcome frame's fields; return its provider and fabric address.
+
+    A server that answers with missing or mistyped fields is not a dataio.rdma server
+    (or a broken one): that is a :class:`TransportError`, never a ``KeyError``.
+    """
+
+    def bad(field: str) -> TransportError:
+        value = str(welcome.get(field, "<missing>"))[:80]
+        return TransportError(
+            f"the server at {addr!r} sent a malformed welcome: field {field!r} is {value!r}; "
+            "is it a dataio.rdma server of the same version?"
+        )
+
+    for field in _WELCOME_INTS:
+        value = welcome.get(field)
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 64:
+            raise bad(field)
+    if not isinstance(welcome.get("writable"), bool):
+        raise bad("writable")
+    provider = welcome.get("provider")
+    if not isinstance(provider, str) or not provider or len(provider) > 256:
+        raise bad("provider")
+    name = welcome.get("name")
+    if not isinstance(name, str):
+        raise bad("name")
+    try:
+        raw = bytes.fromhex(name)
+    except ValueError:
+        raise bad("name") from None
+    if not raw:
+        raise bad("name")
+    return provider, raw
+
+
 class Client(Closing):
     """A session with one server; a context manager that closes on exit.
 
@@ -110,13 +148,13 @@ class Client(Closing):
                 f"{self.addr!r} did not answer the dataio.rdma handshake ({exc}); "
                 "is it a dataio.rdma server?"
             ) from None
-        if not welcome.get("ok"):
+        if welcome.get("ok") is not True:
             raise TransportError(
-                f"the server at {self.addr} refused the session: {welcome.get('error')}"
+                f"the server at {self.addr} refused the session: {str(welcome.get('error'))[:200]}"
             )
-        self.provider = str(welcome["provider"])
-        self.size, self.writable = int(welcome["size"]), bool(welcome["writable"])
-        self._base, self._key = int(welcome["base"]), int(welcome["key"])
+        self.provider, name = _check_welcome(welcome, self.addr)
+        self.size, self.writable = welcome["size"], welcome["writable"]
+        self._base, self._key = welcome["base"], welcome["key"]
         self._shim = shim_or_raise()
         if self.cuda:
             _require_cuda(int(self._shim.lib.fi_version()))
@@ -133,7 +171,14 @@ class Client(Closing):
                 ) from None
             raise
         try:
-            self._peer = self._endpoint.insert(bytes.fromhex(str(welcome["name"])))
+            if len(name) < len(self._endpoint.name):
+                # fi_av_insert reads a full provider-sized address: a short one would be
+                # read past its end.
+                raise TransportError(
+                    f"the server at {self.addr!r} sent a {len(name)}-byte fabric address; "
+                    f"{self.provider!r} addresses are {len(self._endpoint.name)} bytes"
+                )
+            self._peer = self._endpoint.insert(name)
         except BaseException:
             self._endpoint.close()
             raise

@@ -16,6 +16,7 @@ import os
 import selectors
 import socket
 import threading
+import time
 import weakref
 from pathlib import Path
 from typing import Any
@@ -23,10 +24,11 @@ from typing import Any
 from dataio._closing import Closing
 from dataio.exceptions import NotFoundError, PlanError, TransportError
 from dataio.rdma._channel import (
+    MAX_FRAME,
     PROTOCOL,
+    FrameReader,
     format_address,
     parse_address,
-    recv_frame,
     send_frame,
 )
 from dataio.rdma._fabric import Endpoint, Region
@@ -35,6 +37,7 @@ from dataio.rdma._loader import shim_or_raise
 __all__ = ["Server", "serve", "serve_file"]
 
 _HELLO_TIMEOUT_S = 5.0
+_SEND_TIMEOUT_S = 2.0
 _PROGRESS_SLICE_MS = 100
 _open_servers: weakref.WeakSet[Server] = weakref.WeakSet()
 
@@ -175,32 +178,80 @@ class Server(Closing):
             "mr_mode": self._endpoint.mr_mode,
         }
 
-    def _greet(self, conn: socket.socket) -> bool:
+    def _greet(self, conn: socket.socket, hello: dict[str, Any]) -> bool:
         """Answer one hello; False when the peer is not a matching client."""
+        conn.settimeout(_SEND_TIMEOUT_S)  # a peer that never reads must not stall us
         try:
-            hello = recv_frame(conn)
             wanted = hello.get("provider")
             if hello.get("hello") != PROTOCOL:
-                send_frame(conn, {"ok": False, "error": f"expected {PROTOCOL!r}, got {hello!r}"})
+                got = str(hello.get("hello"))[:80]
+                send_frame(conn, {"ok": False, "error": f"expected {PROTOCOL!r}, got {got!r}"})
                 return False
             if wanted and wanted != self.provider:
-                error = f"the server speaks {self.provider!r}, not {wanted!r}"
+                error = f"the server speaks {self.provider!r}, not {str(wanted)[:80]!r}"
                 send_frame(conn, {"ok": False, "error": error})
                 return False
             self._clients.add(conn)  # before the answer, so connect() returning implies it
             send_frame(conn, self._welcome())
             return True
-        except (OSError, TransportError):
+        except OSError:
             self._clients.discard(conn)
             return False
 
+    def _on_hello_bytes(self, selector: selectors.BaseSelector, conn: socket.socket) -> None:
+        """Feed what a connecting peer sent; greet it once its hello frame is complete.
+
+        Every failure here (EOF, an oversized or unparsable frame, a failed send) ends
+        this one connection; the acceptor keeps serving everyone else.
+        """
+        pending: _Pending = selector.get_key(conn).data
+        try:
+            data = conn.recv(MAX_FRAME)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        hello = None
+        try:
+            if not data:
+                raise TransportError("the peer hung up before its hello")
+            hello = pending.reader.feed(data)
+        except TransportError:
+            pass
+        else:
+            if hello is None:
+                return  # more to come, before the deadline
+        selector.unregister(conn)
+        if hello is not None and self._greet(conn, hello):
+            selector.register(conn, selectors.EVENT_READ, "open")
+        else:
+            conn.close()
+
+    @staticmethod
+    def _expire(selector: selectors.BaseSelector) -> float | None:
+        """Close handshakes past their deadline; return seconds until the next one."""
+        now = time.monotonic()
+        soonest = None
+        for key in list(selector.get_map().values()):
+            if isinstance(key.data, _Pending):
+                if key.data.deadline <= now:
+                    selector.unregister(key.fileobj)
+                    assert isinstance(key.fileobj, socket.socket)
+                    key.fileobj.close()
+                else:
+                    left = key.data.deadline - now
+                    soonest = left if soonest is None else min(soonest, left)
+        return soonest
+
     def _channel(self) -> None:
+        # One thread, non-blocking sockets: a peer that sends half a hello and stalls
+        # holds only its own buffer until its deadline, never the acceptor.
         selector = selectors.DefaultSelector()
         selector.register(self._listener, selectors.EVENT_READ, "accept")
         selector.register(self._wake_r, selectors.EVENT_READ, "wake")
         try:
             while True:
-                for key, _ in selector.select():
+                for key, _ in selector.select(self._expire(selector)):
                     conn = key.fileobj
                     assert isinstance(conn, socket.socket)
                     if key.data == "wake":
@@ -208,28 +259,35 @@ class Server(Closing):
                     if key.data == "accept":
                         try:
                             peer, _ = self._listener.accept()
-                        except BlockingIOError:
+                        except OSError:  # BlockingIOError, or out of descriptors
                             continue
-                        peer.settimeout(_HELLO_TIMEOUT_S)
-                        selector.register(peer, selectors.EVENT_READ, "hello")
-                    elif key.data == "hello":
-                        selector.unregister(conn)
-                        if self._greet(conn):
-                            selector.register(conn, selectors.EVENT_READ, "open")
-                        else:
-                            conn.close()
+                        peer.setblocking(False)
+                        deadline = time.monotonic() + _HELLO_TIMEOUT_S
+                        selector.register(peer, selectors.EVENT_READ, _Pending(deadline))
+                    elif isinstance(key.data, _Pending):
+                        self._on_hello_bytes(selector, conn)
                     else:  # an open session: EOF, or a protocol violation, ends it
                         selector.unregister(conn)
                         self._clients.discard(conn)
                         conn.close()
         finally:
             for key in list(selector.get_map().values()):
-                if key.data in ("hello", "open"):
+                if key.data not in ("accept", "wake"):
                     assert isinstance(key.fileobj, socket.socket)
                     key.fileobj.close()
             self._clients.clear()
             selector.close()
             self._listener.close()
+
+
+class _Pending:
+    """A connection that has not yet sent a complete hello."""
+
+    __slots__ = ("deadline", "reader")
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.reader = FrameReader()
 
 
 def serve(*, bind: str = "127.0.0.1:0", buffer_size: int, provider: str | None = None) -> Server:
@@ -238,12 +296,14 @@ def serve(*, bind: str = "127.0.0.1:0", buffer_size: int, provider: str | None =
     Args:
         bind: ``"host:port"`` to listen on; port 0 picks a free one (see ``local_addr``).
             The fabric endpoint binds to the same host.
-        buffer_size: bytes to expose; the server fills or inspects them via ``.buffer``.
+        buffer_size: bytes to expose (at least 1); the server fills or inspects them via
+            ``.buffer``.
         provider: a libfabric provider (``"tcp;ofi_rxm"``, ``"sockets"``, ``"efa"``,
             ``"verbs;ofi_rxm"``); default: a NIC provider if one matches, else
             ``tcp;ofi_rxm``. ``FI_PROVIDER`` in the environment also filters.
 
     Raises:
+        PlanError: ``buffer_size`` is not a positive integer.
         TransportError: libfabric, the shim or a matching provider is missing.
 
     Example::
@@ -252,9 +312,12 @@ def serve(*, bind: str = "127.0.0.1:0", buffer_size: int, provider: str | None =
             server.buffer[:5] = b"hello"
             print(server.local_addr)
     """
-    if not isinstance(buffer_size, int) or buffer_size < 0:
-        raise PlanError(f"buffer_size must be a non-negative integer, got {buffer_size!r}")
-    memory = mmap.mmap(-1, max(1, buffer_size))
+    if not isinstance(buffer_size, int) or isinstance(buffer_size, bool) or buffer_size <= 0:
+        raise PlanError(
+            f"buffer_size must be a positive number of bytes, got {buffer_size!r}; "
+            "a zero-byte region would have nothing to read or write"
+        )
+    memory = mmap.mmap(-1, buffer_size)
     try:
         return Server(bind=bind, memory=memory, size=buffer_size, writable=True, provider=provider)
     except BaseException:

@@ -7,10 +7,16 @@ import glob as globlib
 import json
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from dataio.exceptions import DataioError, NotFoundError, PlanError
+from dataio.exceptions import (
+    DataioError,
+    FormatError,
+    NotFoundError,
+    PermissionDeniedError,
+    PlanError,
+)
+from dataio.io.local import check_regular
 from dataio.sources.base import IndexedSource
 
 __all__ = ["files", "manifest", "urls"]
@@ -130,18 +136,39 @@ def manifest(path: str | os.PathLike[str], *, format: str | None = None) -> List
     kind = format or _manifest_format(text)
 
     def load() -> list[Any]:
-        if not Path(text).exists():
-            raise NotFoundError(f"manifest {text!r} does not exist")
-        if kind == "jsonl":
-            return _read_jsonl(text)
-        if kind == "csv":
-            with open(text, newline="", encoding="utf-8") as handle:
-                return list(csv.DictReader(handle))
-        import pyarrow.parquet as pq
+        _check_manifest(text)
+        try:
+            if kind == "jsonl":
+                return _read_jsonl(text)
+            if kind == "csv":
+                with open(text, newline="", encoding="utf-8") as handle:
+                    return list(csv.DictReader(handle))
+            import pyarrow.parquet as pq
 
-        return pq.read_table(text).to_pylist()
+            table = pq.read_table(text)
+            table.validate(full=True)  # damaged offsets would crash to_pylist
+            return table.to_pylist()
+        except DataioError:
+            raise
+        except PermissionError:
+            raise PermissionDeniedError(f"manifest {text!r}: permission denied") from None
+        except (UnicodeDecodeError, csv.Error, OSError, ValueError) as exc:
+            # pyarrow's ArrowInvalid is a ValueError; a bad Parquet file can raise OSError
+            raise FormatError(
+                f"manifest {text!r} is not a readable {kind} file ({exc}); check its format"
+            ) from None
 
     return ListSource({"source": "manifest", "path": text, "format": kind}, load)
+
+
+def _check_manifest(path: str) -> None:
+    """Refuse a missing path, or one that is not a regular file (a FIFO would block the
+    open, ``/dev/zero`` never ends), by name."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):  # ValueError: a NUL byte in the path
+        raise NotFoundError(f"manifest {path!r} does not exist") from None
+    check_regular(path, mode, "manifest")
 
 
 def _manifest_format(path: str) -> str:
@@ -168,8 +195,12 @@ def _read_jsonl(path: str) -> list[Any]:
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as exc:
-                raise DataioError(
+                raise FormatError(
                     f"manifest {path!r} line {number} is not valid JSON ({exc.msg}); "
                     "a JSON-lines manifest holds one object per line"
+                ) from None
+            except RecursionError:
+                raise FormatError(
+                    f"manifest {path!r} line {number} nests too deeply to parse"
                 ) from None
     return rows

@@ -13,6 +13,7 @@ from typing import Literal
 
 import numpy as np
 
+from dataio import limits
 from dataio.exceptions import PlanError, TransformError
 
 __all__ = [
@@ -66,7 +67,9 @@ def pad(
     """Pad an HWC image with a constant: one value, or one per channel.
 
     Raises:
-        TransformError: the value does not fit the dtype, or has the wrong channel count.
+        TransformError: the value is not numbers, does not fit the dtype, or has the
+            wrong channel count.
+        LimitError: the padded image would be over ``max_decoded_bytes``.
 
     Example:
         >>> pad(np.zeros((2, 2, 3), np.uint8), top=1, bottom=0, left=0, right=2).shape
@@ -75,7 +78,12 @@ def pad(
     x = _hwc(x, "pad")
     top, bottom = _non_negative(top, "top"), _non_negative(bottom, "bottom")
     left, right = _non_negative(left, "left"), _non_negative(right, "right")
-    fill = np.asarray(value, dtype=np.float64)
+    try:
+        fill = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError) as exc:  # "red", [1, [2]], 10**400
+        raise TransformError(
+            f"pad value must be one number or one per channel, got {value!r}"
+        ) from exc
     if fill.ndim > 1 or (fill.ndim == 1 and fill.shape[0] not in (1, x.shape[2])):
         raise TransformError(
             f"pad value must be one number or {x.shape[2]} (one per channel), got {value!r}"
@@ -87,6 +95,12 @@ def pad(
                 f"pad value {value!r} does not fit {x.dtype} (integers {info.min}..{info.max})"
             )
     height, width, channels = x.shape
+    shape = (height + top + bottom, width + left + right, channels)
+    limits.check(
+        "max_decoded_bytes",
+        shape[0] * shape[1] * channels * x.dtype.itemsize,
+        what=f"pad of a {height}x{width} image to {shape[0]}x{shape[1]}",
+    )
     out = np.empty((height + top + bottom, width + left + right, channels), x.dtype)
     out[...] = fill.astype(x.dtype)
     out[top : top + height, left : left + width] = x

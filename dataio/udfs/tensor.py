@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from dataio import limits
 from dataio.exceptions import FieldError, FormatError
 
 __all__ = [
@@ -45,6 +46,10 @@ __all__ = [
 MAX_NPY_HEADER = 10_000
 #: The safetensors library refuses headers over 100 MB; so do we.
 MAX_SAFETENSORS_HEADER = 100_000_000
+#: NumPy's and torch's limit on dimensions.
+MAX_DIMS = 64
+#: A dimension past this overflows NumPy's and torch's signed 64-bit sizes.
+_MAX_DIM = (1 << 63) - 1
 
 _NPY_MAGIC = b"\x93NUMPY"
 
@@ -118,16 +123,29 @@ def numpy_dtype(dtype: TensorDtype, *, source: str, tensor: str) -> np.dtype:
 
 
 def view_numpy(
-    buffer: Any, dtype: np.dtype, shape: tuple[int, ...], offset: int, *, fortran: bool = False
+    buffer: Any,
+    dtype: np.dtype,
+    shape: tuple[int, ...],
+    offset: int,
+    *,
+    fortran: bool = False,
+    source: str = "",
 ) -> np.ndarray:
     """View ``buffer`` at ``offset`` as an array, in native byte order.
 
     The result shares the buffer's memory (read-only when the buffer is) unless the
     bytes are in a foreign byte order, which is converted into a new array.
     """
-    array = np.ndarray(
-        shape, dtype=dtype, buffer=buffer, offset=offset, order="F" if fortran else "C"
-    )
+    try:
+        array = np.ndarray(
+            shape, dtype=dtype, buffer=buffer, offset=offset, order="F" if fortran else "C"
+        )
+    except (ValueError, TypeError, OverflowError) as exc:
+        # Callers check shapes first; this is the backstop for what NumPy still refuses.
+        where = f"{source}: " if source else ""
+        raise FormatError(
+            f"{where}{shape} of {dtype} at byte {offset} cannot be viewed: {exc}"
+        ) from exc
     if not array.dtype.isnative:
         array = array.astype(array.dtype.newbyteorder("="))
         array.flags.writeable = False
@@ -189,17 +207,58 @@ def parse_npy_header(buffer: Any, *, source: str = "NPY bytes") -> NpyHeader:
     encoding = "latin1" if major < 3 else "utf8"
     try:
         fields = ast.literal_eval(bytes(view[start : start + length]).decode(encoding))
-    except (ValueError, SyntaxError, UnicodeDecodeError, MemoryError, RecursionError) as exc:
+    except (
+        ValueError,  # also integers over Python's 4,300-digit limit
+        TypeError,  # an unhashable dict key: {[]: 1}
+        SyntaxError,
+        UnicodeDecodeError,
+        MemoryError,
+        RecursionError,
+    ) as exc:
         raise FormatError(f"{source} has an unreadable NPY header: {exc}") from None
     header = _check_npy_fields(fields, source)
     dtype, shape, fortran = header
     data = NpyHeader(dtype, shape, fortran, start + length)
+    _check_count(shape, dtype.itemsize, dtype.kind, source)
     if data.offset + data.nbytes > size:
         raise FormatError(
             f"{source} is truncated: shape {shape} of {dtype} needs {data.nbytes} data bytes, "
             f"the file holds {size - data.offset}; re-save or re-download it"
         )
     return data
+
+
+def _too_big(shape: tuple[int, ...] | list[int], itemsize: int) -> bool:
+    """Whether NumPy may refuse the shape: it multiplies the sizes other than 0, and
+    widens a zero-size element to up to 4 bytes when it copies."""
+    return math.prod(n for n in shape if n) * (itemsize or 4) > _MAX_DIM
+
+
+def _check_count(shape: tuple[int, ...], itemsize: int, kind: str, source: str) -> None:
+    """Refuse shapes NumPy cannot hold, and zero-size elements past ``max_decoded_bytes``.
+
+    Other arrays are checked against the bytes that hold them. A zero-size dtype
+    (``|V0``, ``|S0``, ``<U0``) makes a huge shape cost nothing on disk, yet a copy or a
+    loop over it hangs or allocates exabytes: NumPy widens ``S0`` to ``S1`` and ``U0`` to
+    ``U1`` (4 bytes) when it copies, so its elements count as that.
+    """
+    if len(shape) > MAX_DIMS or any(n > _MAX_DIM for n in shape):
+        raise FormatError(
+            f"{source}: shape {shape!r} has over {MAX_DIMS} dimensions or a size over 2**63; "
+            "the header is corrupt"
+        )
+    count = math.prod(shape)
+    if count == 0 and _too_big(shape, itemsize):  # else the data bytes or the limit bound it
+        raise FormatError(
+            f"{source}: shape {shape!r} multiplies past 2**63 bytes, which NumPy cannot "
+            "hold or copy even when one size is 0; the header is corrupt"
+        )
+    if itemsize == 0:
+        limits.check(
+            "max_decoded_bytes",
+            count * (4 if kind == "U" else 1),
+            what=f"{source}: shape {shape!r} of zero-size elements",
+        )
 
 
 def _check_npy_fields(fields: Any, source: str) -> tuple[np.dtype, tuple[int, ...], bool]:
@@ -217,7 +276,16 @@ def _check_npy_fields(fields: Any, source: str) -> tuple[np.dtype, tuple[int, ..
         raise FormatError(f"{source}: NPY fortran_order must be a bool, got {fortran!r}")
     try:
         dtype = np.lib.format.descr_to_dtype(fields["descr"])
-    except (TypeError, ValueError) as exc:
+    except (
+        TypeError,
+        ValueError,
+        KeyError,
+        IndexError,
+        OverflowError,
+        RecursionError,
+        SyntaxError,  # NumPy parses comma strings such as "(,)f4" with ast.literal_eval
+        MemoryError,
+    ) as exc:
         raise FormatError(
             f"{source}: NPY descr {fields['descr']!r} is not a dtype: {exc}"
         ) from None
@@ -239,7 +307,14 @@ def decode_npy(data: Any, *, source: str = "NPY bytes") -> np.ndarray:
         dtype('float32')
     """
     header = parse_npy_header(data, source=source)
-    return view_numpy(data, header.dtype, header.shape, header.offset, fortran=header.fortran_order)
+    return view_numpy(
+        data,
+        header.dtype,
+        header.shape,
+        header.offset,
+        fortran=header.fortran_order,
+        source=source,
+    )
 
 
 # -- safetensors ------------------------------------------------------------------------
@@ -298,6 +373,7 @@ def safetensors_header_length(prefix: bytes, size: int, *, source: str) -> int:
             f"{source} declares a {length}-byte header, which runs past the end of the "
             f"{size}-byte file; it is truncated or not safetensors"
         )
+    limits.check("max_header_bytes", length, what=f"{source}: safetensors header length")
     return length
 
 
@@ -351,8 +427,15 @@ def _entry(name: str, info: Any, data_start: int, source: str) -> TensorEntry:
             f"{where} has unknown dtype {info['dtype']!r}; known: {sorted(SAFETENSORS_DTYPES)}"
         )
     shape, offsets = info["shape"], info["data_offsets"]
-    if not isinstance(shape, list) or not all(_natural(n) for n in shape):
-        raise FormatError(f"{where} has shape {shape!r}; expected a list of sizes >= 0")
+    if (
+        not isinstance(shape, list)
+        or len(shape) > MAX_DIMS
+        or not all(_natural(n) and n <= _MAX_DIM for n in shape)
+    ):
+        raise FormatError(
+            f"{where} has shape {shape!r}; expected a list of at most {MAX_DIMS} sizes "
+            "in 0..2**63-1"
+        )
     if (
         not isinstance(offsets, list)
         or len(offsets) != 2
@@ -363,9 +446,17 @@ def _entry(name: str, info: Any, data_start: int, source: str) -> TensorEntry:
             f"{where} has data_offsets {offsets!r}; expected [begin, end] with 0 <= begin <= end"
         )
     bits = math.prod(shape) * dtype.bits
+    # An empty tensor whose other sizes multiply past 2**63 bytes: NumPy and torch refuse
+    # it. Others are bounded by the byte count check below.
+    if bits == 0 and _too_big(shape, -(-dtype.bits // 8)):
+        raise FormatError(
+            f"{where} has shape {shape!r}, whose sizes multiply past 2**63 bytes; the "
+            "header is corrupt"
+        )
     if bits % 8 or bits // 8 != offsets[1] - offsets[0]:
         raise FormatError(
-            f"{where} is {dtype.name} of shape {shape}, which needs {bits / 8:g} bytes, but "
+            f"{where} is {dtype.name} of shape {shape}, which needs {bits // 8:,} bytes"
+            f"{f' and {bits % 8} bits' if bits % 8 else ''}, but "
             f"its data_offsets {offsets} span {offsets[1] - offsets[0]}; the header "
             "disagrees with itself, re-export the file"
         )
@@ -415,7 +506,10 @@ def read_safetensors_header(buffer: Any, *, source: str) -> SafetensorsHeader:
 def entry_array(buffer: Any, entry: TensorEntry, *, source: str) -> np.ndarray:
     """View one safetensors tensor of ``buffer`` as a NumPy array."""
     dtype = numpy_dtype(entry.dtype, source=source, tensor=entry.name)
-    return view_numpy(buffer, dtype, entry.shape, entry.start)
+    try:
+        return view_numpy(buffer, dtype, entry.shape, entry.start)
+    except FormatError as exc:  # named here, so the common path formats no name
+        raise FormatError(f"{source}: tensor {entry.name!r}: {exc}") from exc
 
 
 def decode_safetensors(
