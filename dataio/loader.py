@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -380,6 +381,7 @@ class _Pass:
         self.loader = loader
         self.executor = executor
         self.epoch = epoch
+        self._thread = threading.get_ident()
 
     def __iter__(self) -> _Pass:
         return self
@@ -394,7 +396,9 @@ class _Pass:
     def __del__(self) -> None:
         executor = getattr(self, "executor", None)
         if executor is not None:  # a dropped iterator cancels its pass's queued work
-            executor.close()
+            # wait for running tasks only on the consumer's thread: a garbage collection
+            # that runs on a pool thread must not wait for that thread's own task
+            executor.close(wait=threading.get_ident() == self._thread)
 
 
 def _as_arrow(item: Any) -> Any:
