@@ -110,15 +110,19 @@ def describe_tensor(tensor: Any) -> str:
     return f"{str(tensor.dtype).removeprefix('torch.')} {tuple(tensor.shape)}"
 
 
-def run_dataio(paths: Sequence[Path], *, normalize: bool) -> tuple[int, str]:
-    """One pass of the dataio pipeline with torch output; returns (images, output)."""
+def make_dataio(paths: Sequence[Path], *, normalize: bool) -> dataio.Loader:
+    """One loader kept for every pass (an epoch loop), as the DataLoader keeps its workers."""
     records = [{"image": str(p)} for p in paths]
+    return dataio_pipeline(normalize=normalize).bind(records).run("torch")
+
+
+def run_dataio(loader: dataio.Loader) -> tuple[int, str]:
+    """One pass (epoch) of a dataio loader with torch output; returns (images, output)."""
     count, output = 0, ""
-    with dataio_pipeline(normalize=normalize).bind(records).run("torch") as loader:
-        for batch in loader:
-            images = batch["image"]
-            count += images.shape[0]
-            output = output or describe_tensor(images)
+    for batch in loader:
+        images = batch["image"]
+        count += images.shape[0]
+        output = output or describe_tensor(images)
     return count, output
 
 
@@ -275,10 +279,11 @@ def build_contenders(
 ) -> list[Contender]:
     """The five contenders over ``paths``, the DataLoader first."""
     spec = image_spec(normalize=True)
+    f32, u8 = make_dataio(paths, normalize=True), make_dataio(paths, normalize=False)
     return [
         Contender("DataLoader (Pillow)", lambda: run_dataloader(loader), children=True),
-        Contender("dataio float32", lambda: run_dataio(paths, normalize=True)),
-        Contender("dataio uint8 CHW", lambda: run_dataio(paths, normalize=False)),
+        Contender("dataio float32", lambda: run_dataio(f32)),
+        Contender("dataio uint8 CHW", lambda: run_dataio(u8)),
         Contender("decode full (simplejpeg)", lambda: run_decode(pool, paths, decode_full)),
         Contender(
             "decode draft (dataio scale)",

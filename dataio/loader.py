@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import threading
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -10,7 +12,7 @@ import numpy as np
 
 from dataio.engine.assemble import FailurePolicy, assemble
 from dataio.engine.batch_ops import apply_batch_ops, padded_slots
-from dataio.engine.buffers import batch_buffers
+from dataio.engine.buffers import BufferPool
 from dataio.engine.executor import Executor
 from dataio.engine.export import to_arrow, to_torch
 from dataio.engine.lower import lower
@@ -59,12 +61,15 @@ def _check_options(
 class Loader:
     """Iterates the batches of a bound pipeline; built by ``BoundPipeline.run()``.
 
-    Each ``for`` loop over the loader is a pass over its records that starts where the
-    loader stands: at the beginning of the epoch, after the batches already delivered,
-    or at a restored checkpoint. A completed pass moves to the next epoch. Breaking out
-    of the loop, an exception or garbage collection cancel the pass's queued work and
-    release its buffers; :meth:`close` (or leaving the ``with`` block) ends the loader.
-    ``next(loader)`` takes one batch of the current pass.
+    Passes behave like ``torch.utils.data.DataLoader``: every ``iter(loader)`` (every
+    ``for`` loop, ``zip``, ``islice``) starts a pass over one epoch. A pass ends when it
+    delivered its last batch, or when it is abandoned after a batch (``break``, then a
+    new ``iter``); the next pass then runs the next epoch from its beginning.
+    ``set_epoch(e)`` picks the next pass's epoch explicitly, as with
+    ``DistributedSampler``. Only :meth:`load_state_dict` continues an epoch in the
+    middle. Breaking out of a loop, an exception or garbage collection cancel the pass's
+    queued work; :meth:`close` (or leaving the ``with`` block) ends the loader.
+    ``next(loader)`` takes one batch of the current pass, starting one when none runs.
     """
 
     def __init__(
@@ -79,7 +84,7 @@ class Loader:
         log_errors: bool | Callable[[Exception], Any],
         seed: int,
         epoch: int,
-        shard: Mapping[str, Any] | None,
+        shard: Mapping[str, Any] | str | None,
         max_prefetch_bytes: int | None,
         device: str | None,
     ) -> None:
@@ -108,57 +113,119 @@ class Loader:
         self._seed = seed
         self._epoch = epoch
         self._consumed = 0
-        self._executor: Executor | None = None
+        # True while the next pass starts at (epoch, consumed) as they stand: after
+        # construction, a finished pass, set_epoch or load_state_dict. A pass that
+        # delivered a batch and did not finish makes the next one move to the next
+        # epoch; one that delivered nothing (Lightning's iter() probe) changes nothing.
+        self._fresh = True
+        # the running pass, held weakly: dropping the iterator (``break``) cancels it
+        self._pass_ref: Callable[[], _Pass | None] = lambda: None
+        self._stepping: _Pass | None = None  # the pass next(loader) walks
+        self._pool = BufferPool(keep=2 * prefetch + 4)
         self._arrow_peek: Any = None
         self._closed = False
         #: narrows each pass's chunks (dataio.torch gives each worker its own batches)
         self.select_chunks: Callable[[Iterator[Any]], Iterator[Any]] | None = None
 
+    @property
+    def _executor(self) -> Executor | None:
+        current = self._pass_ref()
+        return None if current is None else current.executor
+
     # -- passes ----------------------------------------------------------------------
 
-    def _start_pass(self) -> Executor:
+    def _begin_pass(self) -> _Pass:
         if self._closed:
             raise DataioError("the loader is closed; call run() again for a new loader")
-        if self._executor is None:
-            chunks = plan_chunks(self.source, self.plan.shape, self.shard, self._consumed)
-            if self.select_chunks is not None:
-                chunks = self.select_chunks(chunks)
-            self._executor = Executor(
-                chunks,
-                self._kernels,
-                self.plan.record_maps,
-                prefetch=self._prefetch,
-                concurrency=self._concurrency,
-                ordered=self._order == "submit",
-                seed=self._seed,
-                epoch=self._epoch,
-            )
-        return self._executor
+        self._abandon()
+        if not self._fresh:
+            self._epoch += 1
+            self._consumed = 0
+            self._fresh = True
+        source = self.source.at_epoch(self._epoch)
+        chunks = plan_chunks(source, self.plan.shape, self.shard, self._consumed)
+        if self.select_chunks is not None:
+            chunks = self.select_chunks(chunks)
+        executor = Executor(
+            chunks,
+            self._kernels,
+            self.plan.record_maps,
+            prefetch=self._prefetch,
+            concurrency=self._concurrency,
+            ordered=self._order == "submit",
+            seed=self._seed,
+            epoch=self._epoch,
+            pool=self._pool,
+        )
+        current = _Pass(self, executor, self._epoch)
+        self._pass_ref = weakref.ref(current)
+        return current
 
-    def _end_pass(self) -> None:
-        executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.close()
+    def _abandon(self, current: _Pass | None = None) -> None:
+        """Cancel the running pass (only ``current`` when given)."""
+        running = self._pass_ref()
+        if running is None or (current is not None and running is not current):
+            return
+        self._pass_ref = lambda: None
+        running.executor.close()
 
-    def __next__(self) -> Any:
-        executor = self._start_pass()
+    def _finish(self, current: _Pass) -> None:
+        """The pass delivered its last batch: the loader stands at the next epoch."""
+        if self._pass_ref() is current:
+            self._pass_ref = lambda: None
+            current.executor.close()
+            self._epoch = current.epoch + 1
+            self._consumed = 0
+            self._fresh = True
+
+    def _next_of(self, current: _Pass) -> Any:
+        if self._closed:
+            raise DataioError("the loader is closed; call run() again for a new loader")
+        if self._pass_ref() is not current:
+            raise StopIteration  # finished, or superseded by a newer pass
+        executor = current.executor
         try:
             job = executor.next_job()
             if job is None:
-                self._end_pass()
-                self._epoch += 1
-                self._consumed = 0
+                self._finish(current)
                 raise StopIteration
-            self._consumed = max(self._consumed, job.end)
-            return self._deliver(job)
+            self._fresh = False  # this pass delivered a batch: it now owns the epoch
+            if self._order == "submit":
+                self._consumed = max(self._consumed, job.end)
+            else:  # jobs arrive out of order: count what was delivered
+                self._consumed += len(job.records)
+            last = executor.drained
+            try:
+                item = self._deliver(job, current.epoch)
+            except BatchFailedError:
+                # a failed batch is consumed like any other: the pass goes on (or, when
+                # it was the last one, ends)
+                if last:
+                    self._finish(current)
+                raise
         except (StopIteration, BatchFailedError):
-            raise  # a failed batch is consumed like any other: the pass goes on
+            raise
         except BaseException:
-            self._end_pass()
+            self._abandon(current)
+            raise
+        if last:
+            self._finish(current)
+        return item
+
+    def __next__(self) -> Any:
+        # next(loader) walks one pass and raises StopIteration once at its end, like
+        # next() on an iterator; the call after that starts the next pass
+        current = self._stepping
+        if current is None:
+            current = self._stepping = self._pass_ref() or self._begin_pass()
+        try:
+            return self._next_of(current)
+        except StopIteration:
+            self._stepping = None
             raise
 
     def __iter__(self) -> Iterator[Any]:
-        return _Pass(self)
+        return self._begin_pass()
 
     def __len__(self) -> int:
         """Batches in a full pass for this rank, when the source length is known."""
@@ -170,10 +237,10 @@ class Loader:
         mine = rounds + (1 if rest and self.shard.pad else 0)
         return mine // shape.size if shape.drop_last else math.ceil(mine / shape.size)
 
-    def _deliver(self, job: Any) -> Any:
+    def _deliver(self, job: Any, epoch: int) -> Any:
         batch = assemble(job, self._policy, self._unstacked)
         if self.plan.batch_ops:
-            batch = apply_batch_ops(batch, self.plan.batch_ops, self._seed, self._epoch)
+            batch = apply_batch_ops(batch, self.plan.batch_ops, self._seed, epoch)
         item: Any = batch
         if self.output == "torch":
             item = to_torch(batch, self.device)
@@ -191,13 +258,20 @@ class Loader:
         return self._epoch
 
     def set_epoch(self, epoch: int) -> None:
-        """Run the next pass as ``epoch``; a different epoch starts from its beginning."""
+        """Run the next pass as ``epoch``, from its beginning.
+
+        Setting the epoch the loader already stands at, before its pass started, keeps
+        the position: a checkpoint restored by :meth:`load_state_dict` still resumes.
+        """
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
             raise PlanError(f"epoch must be a non-negative integer, got {epoch!r}")
-        if epoch != self._epoch:
-            self._end_pass()
-            self._epoch = epoch
-            self._consumed = 0
+        if epoch == self._epoch and self._fresh:
+            return
+        self._abandon()
+        self._stepping = None
+        self._epoch = epoch
+        self._consumed = 0
+        self._fresh = True
 
     def _state(self) -> LoaderState:
         return LoaderState(
@@ -223,18 +297,21 @@ class Loader:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore a position from :meth:`state_dict`, validating it first.
 
-        The next pass re-enumerates the source and skips what was consumed; a batch that
-        was only partly consumed is replayed from its first sample.
+        The next pass (only that one) continues the checkpoint's epoch: it re-enumerates
+        the source and skips what was consumed; a batch that was only partly consumed is
+        replayed from its first sample.
 
         Raises:
             CheckpointError: the checkpoint is malformed or belongs to another pipeline,
                 source or shard layout, or is a mid-epoch completion-order checkpoint.
         """
         restored = validate_state(state, self._state(), source_configured=self.source.configured)
-        self._end_pass()
+        self._abandon()
+        self._stepping = None
         self._consumed = restored.samples_consumed
         self._epoch = restored.epoch
         self._seed = restored.seed
+        self._fresh = True
 
     # -- lifetime ------------------------------------------------------------------------
 
@@ -242,8 +319,8 @@ class Loader:
         """End the loader: cancel queued records, wait for running ones, release buffers."""
         if not self._closed:
             self._closed = True
-            self._end_pass()
-            batch_buffers.release()
+            self._abandon()
+            self._pool.release()
 
     @property
     def closed(self) -> bool:
@@ -257,9 +334,9 @@ class Loader:
         self.close()
 
     def __del__(self) -> None:
-        executor = getattr(self, "_executor", None)
-        if executor is not None:
-            executor.close(wait=False)
+        current = getattr(self, "_pass_ref", lambda: None)()
+        if current is not None:
+            current.executor.close(wait=False)
 
     def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
         """Export the rest of the current pass as an Arrow C stream.
@@ -293,39 +370,35 @@ class Loader:
 
 
 class _Pass:
-    """The iterator of one pass. Not a generator: one survives a ``BatchFailedError``,
-    so ``next()`` after catching it yields the next batch. Dropping it (a ``break``
-    out of a ``for`` loop) ends the pass it started, as a generator's ``finally`` would.
+    """The iterator of one pass, what ``iter(loader)`` returns.
+
+    Not a generator: one survives a ``BatchFailedError``, so ``next()`` after catching
+    it yields the next batch. The loader holds it weakly, so dropping it (a ``break``
+    out of a ``for`` loop) cancels its pass's queued work at once.
     """
 
-    def __init__(self, loader: Loader) -> None:
-        self._loader: Loader | None = loader
-        self._executor: Executor | None = loader._start_pass()
+    def __init__(self, loader: Loader, executor: Executor, epoch: int) -> None:
+        self.loader = loader
+        self.executor = executor
+        self.epoch = epoch
+        self._thread = threading.get_ident()
 
     def __iter__(self) -> _Pass:
         return self
 
     def __next__(self) -> Any:
-        if self._loader is None:
-            raise StopIteration
-        try:
-            item = next(self._loader)
-        except BatchFailedError:
-            raise
-        except BaseException:
-            self.close()
-            raise
-        self._executor = self._loader._executor
-        return item
+        return self.loader._next_of(self)
 
     def close(self) -> None:
-        """End the pass this iterator started (not a later one)."""
-        loader, self._loader = self._loader, None
-        if loader is not None and loader._executor is self._executor:
-            loader._end_pass()
+        """Abandon this pass: cancel its queued work (the next pass runs the next epoch)."""
+        self.loader._abandon(self)
 
     def __del__(self) -> None:
-        self.close()
+        executor = getattr(self, "executor", None)
+        if executor is not None:  # a dropped iterator cancels its pass's queued work
+            # wait for running tasks only on the consumer's thread: a garbage collection
+            # that runs on a pool thread must not wait for that thread's own task
+            executor.close(wait=threading.get_ident() == self._thread)
 
 
 def _as_arrow(item: Any) -> Any:

@@ -671,7 +671,7 @@ class BoundPipeline:
         log_errors: bool | Callable[[Exception], Any] = False,
         seed: int = 0,
         epoch: int = 0,
-        shard: dict[str, Any] | None = None,
+        shard: dict[str, Any] | Literal["auto"] | None = None,
         max_prefetch_bytes: int | None = None,
         device: str | None = None,
     ) -> Loader:
@@ -689,10 +689,14 @@ class BoundPipeline:
             log_errors: ``True`` logs row errors to the ``dataio.rows`` logger; a
                 callable receives each error.
             seed: seeds every random op, together with ``epoch`` and the record index.
-            epoch: the epoch number mixed into random ops (see ``Loader.set_epoch``).
+            epoch: the first pass's epoch; each later pass runs the next one (see
+                ``Loader.set_epoch``). Shuffles and random ops derive from
+                ``(seed, epoch)``.
             shard: ``{"id": rank, "of": world, "pad": True}`` deals records round-robin
                 to ranks; ``pad=True`` gives every rank the same count by repeating its
                 first record, ``pad=False`` drops the incomplete last round.
+                ``"auto"`` takes rank and world size from an initialized
+                ``torch.distributed`` group or the ``RANK``/``WORLD_SIZE`` variables.
             max_prefetch_bytes: bound on bytes of finished or pending batch buffers.
             device: for ``"torch"``, the device tensors are delivered on: ``"cpu"``, or
                 an accelerator such as ``"cuda:0"`` (CUDA copies go through reused pinned

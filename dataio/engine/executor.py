@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from dataio.engine.buffers import batch_buffers
+from dataio.engine.buffers import BufferPool
 from dataio.engine.lower import SlotKernel
 from dataio.engine.pool import cpu_pool
 from dataio.engine.stream import Chunk
@@ -65,6 +65,7 @@ class BatchJob:
     inactive: dict[str, set[int]] = field(default_factory=dict)
     remaining: int = 0
     done: bool = False
+    pool: BufferPool | None = None
 
     def __post_init__(self) -> None:
         n = len(self.records)
@@ -74,7 +75,12 @@ class BatchJob:
         for kernel in self.kernels:
             shape = kernel.row_shape
             if shape is not None:
-                self.buffers[kernel.name] = batch_buffers.empty((n, *shape), kernel.dtype)
+                rows = (n, *shape)
+                self.buffers[kernel.name] = (
+                    self.pool.empty(rows, kernel.dtype)
+                    if self.pool is not None
+                    else np.empty(rows, kernel.dtype)
+                )
             else:
                 self.values[kernel.name] = [None] * n
             if not kernel.passthrough:
@@ -113,8 +119,10 @@ class Executor:
         ordered: bool,
         seed: int,
         epoch: int,
+        pool: BufferPool | None = None,
     ) -> None:
         self._chunks = chunks
+        self._pool = pool
         self._kernels = kernels
         self._maps = tuple(m.fn for m in record_maps)
         self._prefetch = prefetch
@@ -165,7 +173,9 @@ class Executor:
             if chunk is None:
                 self._exhausted = True
                 break
-            job = BatchJob(chunk.positions, chunk.records, self._kernels, chunk.end)
+            job = BatchJob(
+                chunk.positions, chunk.records, self._kernels, chunk.end, pool=self._pool
+            )
             if self._inline:
                 self._run_rows(job, range(len(chunk.records)))
                 self._jobs.append(job)
@@ -178,6 +188,11 @@ class Executor:
                 else:
                     self._queue.extend((job, rows[row : row + 1]) for row in rows)
             self._admit()
+
+    @property
+    def drained(self) -> bool:
+        """True once the last job was taken: the chunks ran out and nothing is pending."""
+        return self._exhausted and not self._jobs
 
     def close(self, *, wait: bool = True) -> None:
         """Cancel queued work, wait for running tasks (unless ``wait=False``), drop buffers."""

@@ -36,10 +36,12 @@ class ShardSpec:
     pad: bool = True
 
     @classmethod
-    def parse(cls, shard: Mapping[str, Any] | None) -> ShardSpec:
-        """Validate ``run(shard={"id": r, "of": w, "pad": True})``."""
+    def parse(cls, shard: Mapping[str, Any] | str | None) -> ShardSpec:
+        """Validate ``run(shard={"id": r, "of": w, "pad": True})`` or ``shard="auto"``."""
         if shard is None:
             return cls()
+        if shard == "auto":
+            return cls.auto()
         if not isinstance(shard, Mapping):
             raise PlanError(f'shard must be a dict like {{"id": 0, "of": 8}}, got {shard!r}')
         unknown = set(shard) - {"id", "of", "pad"}
@@ -55,6 +57,34 @@ class ShardSpec:
         if not isinstance(pad, bool):
             raise PlanError(f"shard 'pad' must be True or False, got {pad!r}")
         return cls(rank, world, pad)
+
+    @classmethod
+    def auto(cls) -> ShardSpec:
+        """This process's rank and world size, padded.
+
+        From an initialized ``torch.distributed`` process group, else from the ``RANK``
+        and ``WORLD_SIZE`` environment variables (as ``torchrun`` sets them).
+        """
+        import os
+        import sys
+
+        dist = sys.modules.get("torch.distributed")  # never import torch just to look
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return cls(dist.get_rank(), dist.get_world_size())
+        rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+        if rank is None or world is None:
+            raise PlanError(
+                'shard="auto" needs an initialized torch.distributed process group or the '
+                "RANK and WORLD_SIZE environment variables (torchrun sets them); pass "
+                'shard={"id": rank, "of": world_size} otherwise'
+            )
+        try:
+            spec = {"id": int(rank), "of": int(world)}
+        except ValueError:
+            raise PlanError(
+                f'shard="auto": RANK={rank!r} and WORLD_SIZE={world!r} must be integers'
+            ) from None
+        return cls.parse(spec)
 
     def as_dict(self) -> dict[str, Any]:
         """The spec as the dict ``run(shard=...)`` takes."""

@@ -53,6 +53,14 @@ class Source:
         """True when the source carries tracked configuration beyond its adapter."""
         return False
 
+    def at_epoch(self, epoch: int) -> Source:
+        """This source as read in ``epoch``: shuffles below it reorder per epoch.
+
+        Sources without a shuffle return themselves; the loader calls this at the start
+        of every pass.
+        """
+        return self
+
     def signature(self) -> str:
         """A stable hex digest of :meth:`describe`."""
         return source_signature(self.describe())
@@ -101,33 +109,53 @@ class Source:
         children = [self, *(o if isinstance(o, Source) else records(o) for o in others)]
         return Concat(tuple(children))
 
-    def shuffle(self, *, seed: int, buffer_size: int | None = None) -> Source:
-        """Shuffle with a fixed ``seed``.
+    def shuffle(
+        self, *, seed: int, buffer_size: int | None = None, reshuffle_each_epoch: bool = True
+    ) -> Source:
+        """Shuffle, seeded by ``seed`` and the loader's epoch.
+
+        Each epoch gets its own order, derived from ``(seed, epoch)`` as torch's
+        ``DistributedSampler`` does; the same seed and epoch give the same order on any
+        worker count. ``reshuffle_each_epoch=False`` repeats epoch 0's order every epoch.
 
         With ``buffer_size`` a bounded buffer mixes nearby records (works on single-pass
         sources). Without it the whole order is permuted: indexed sources use a seeded
-        permutation of positions in O(1) memory; other reusable sources are read into a
-        list first; single-pass sequential sources are refused.
+        permutation of positions in O(1) memory; other reusable sources of known length
+        are read into a list first; single-pass sources and expansions
+        (``flat_map_records``) are refused: pass ``buffer_size``.
+
+        Example:
+            >>> dataio.records(range(10)).shuffle(seed=1)  # doctest: +SKIP
         """
         from dataio.sources.combinators import BufferShuffled, PermutedSequential
         from dataio.sources.permutation import PermutedIndexed
 
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise PlanError(f"shuffle seed must be a non-negative integer, got {seed!r}")
+        if not isinstance(reshuffle_each_epoch, bool):
+            raise PlanError(
+                f"shuffle reshuffle_each_epoch must be True or False, got {reshuffle_each_epoch!r}"
+            )
         if buffer_size is not None:
             if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size < 1:
                 raise PlanError(
                     f"shuffle buffer_size must be a positive integer, got {buffer_size!r}"
                 )
-            return BufferShuffled(self, seed, buffer_size)
+            return BufferShuffled(self, seed, buffer_size, reshuffle_each_epoch)
         if isinstance(self, IndexedSource):
-            return PermutedIndexed(self, seed)
+            return PermutedIndexed(self, seed, reshuffle_each_epoch)
         if self.single_pass:
             raise PlanError(
                 "a full shuffle of a single-pass source would need to read it all first; "
                 "pass buffer_size= for a bounded shuffle, or bind a reusable source"
             )
-        return PermutedSequential(self, seed)
+        if _expands(self):
+            raise PlanError(
+                "a full shuffle after flat_map_records would hold the whole expansion in "
+                "memory; pass buffer_size= for a bounded shuffle (e.g. shuffle(seed=..., "
+                "buffer_size=4096))"
+            )
+        return PermutedSequential(self, seed, reshuffle_each_epoch)
 
 
 class IndexedSource(Source):
@@ -148,6 +176,26 @@ class IndexedSource(Source):
     def iterate(self) -> Iterator[Any]:
         """Read the rows in order, one at a time."""
         return (self.get(i) for i in range(self.length()))
+
+
+def epoch_seed(seed: int, epoch: int, reshuffle: bool) -> int:
+    """The seed a shuffle uses in ``epoch``: ``seed`` itself in epoch 0 (or when fixed)."""
+    if not reshuffle or epoch == 0:
+        return seed
+    from dataio.sources.permutation import mix
+
+    return mix(mix(seed) ^ mix(epoch)) >> 1  # 63 bits: any RNG takes it
+
+
+def _expands(source: Source) -> bool:
+    """True when ``source`` has a flat map upstream (through maps and filters)."""
+    from dataio.sources.combinators import FlatMapped, _Derived
+
+    while isinstance(source, _Derived):
+        if isinstance(source, FlatMapped):
+            return True
+        source = source.parent
+    return False
 
 
 def source_signature(description: dict[str, Any]) -> str:

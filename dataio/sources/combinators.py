@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -9,13 +10,18 @@ from typing import Any
 import numpy as np
 
 from dataio.exceptions import DataioError
-from dataio.sources.base import IndexedSource, Source, callable_name
+from dataio.sources.base import IndexedSource, Source, callable_name, epoch_seed
 
 __all__ = ["BufferShuffled", "Concat", "Filtered", "FlatMapped", "Mapped", "PermutedSequential"]
 
 
 class _Derived(Source):
     """A source computed from one parent: single-pass when the parent is."""
+
+    #: the epoch this copy reads (only shuffles use it)
+    epoch: int = 0
+    #: True when the records' order depends on the epoch
+    per_epoch: bool = False
 
     def __init__(self, parent: Source) -> None:
         self.parent = parent
@@ -25,6 +31,16 @@ class _Derived(Source):
     def configured(self) -> bool:
         """Every combinator is tracked configuration."""
         return True
+
+    def at_epoch(self, epoch: int) -> Source:
+        """A copy over the parent as read in ``epoch`` (itself when nothing changes)."""
+        parent = self.parent.at_epoch(epoch)
+        if parent is self.parent and not self.per_epoch:
+            return self
+        derived = copy.copy(self)
+        derived.parent = parent
+        derived.epoch = epoch
+        return derived
 
 
 class Mapped(_Derived):
@@ -135,6 +151,13 @@ class Concat(Source):
         """Every child, in order."""
         return {"concat": [c.describe() for c in self.children]}
 
+    def at_epoch(self, epoch: int) -> Source:
+        """Every child as read in ``epoch``."""
+        children = tuple(c.at_epoch(epoch) for c in self.children)
+        if all(a is b for a, b in zip(children, self.children, strict=True)):
+            return self
+        return Concat(children)
+
     @property
     def configured(self) -> bool:
         """Composition is tracked configuration."""
@@ -144,14 +167,16 @@ class Concat(Source):
 class BufferShuffled(_Derived):
     """A bounded shuffle buffer of ``buffer_size`` pending records, seeded."""
 
-    def __init__(self, parent: Source, seed: int, buffer_size: int) -> None:
+    def __init__(self, parent: Source, seed: int, buffer_size: int, reshuffle: bool = True) -> None:
         super().__init__(parent)
         self.seed = seed
         self.buffer_size = buffer_size
+        self.reshuffle = reshuffle
+        self.per_epoch = reshuffle
 
     def iterate(self) -> Iterator[Any]:
         """Fill the buffer, then emit a random pending record for each new one."""
-        rng = random.Random(self.seed)
+        rng = random.Random(epoch_seed(self.seed, self.epoch, self.reshuffle))
         buffer: list[Any] = []
         for record in self.parent.iterate():
             if len(buffer) < self.buffer_size:
@@ -169,23 +194,28 @@ class BufferShuffled(_Derived):
 
     def describe(self) -> dict[str, Any]:
         """Shuffle settings and the parent."""
-        return {
-            "shuffle": {"seed": self.seed, "buffer_size": self.buffer_size},
-            "of": self.parent.describe(),
+        settings = {
+            "seed": self.seed,
+            "buffer_size": self.buffer_size,
+            "reshuffle_each_epoch": self.reshuffle,
         }
+        return {"shuffle": settings, "of": self.parent.describe()}
 
 
 class PermutedSequential(_Derived):
     """A full permutation of a reusable, non-indexed source: read into a list first."""
 
-    def __init__(self, parent: Source, seed: int) -> None:
+    def __init__(self, parent: Source, seed: int, reshuffle: bool = True) -> None:
         super().__init__(parent)
         self.seed = seed
+        self.reshuffle = reshuffle
+        self.per_epoch = reshuffle
 
     def iterate(self) -> Iterator[Any]:
         """Materialize one pass, then yield it in a seeded order."""
         rows = list(self.parent.iterate())
-        order = np.random.default_rng(self.seed).permutation(len(rows))
+        seed = epoch_seed(self.seed, self.epoch, self.reshuffle)
+        order = np.random.default_rng(seed).permutation(len(rows))
         return (rows[i] for i in order)
 
     def length(self) -> int | None:
@@ -194,4 +224,5 @@ class PermutedSequential(_Derived):
 
     def describe(self) -> dict[str, Any]:
         """Shuffle settings and the parent."""
-        return {"shuffle": {"seed": self.seed, "buffer_size": None}, "of": self.parent.describe()}
+        settings = {"seed": self.seed, "buffer_size": None, "reshuffle_each_epoch": self.reshuffle}
+        return {"shuffle": settings, "of": self.parent.describe()}

@@ -59,9 +59,35 @@ def _key_of(path: str) -> str:
     return name.split(".", 1)[0] if not name.startswith(".") else name
 
 
+def _glob_root(pattern: str) -> str:
+    """The directory a glob is rooted at: its leading components without wildcards."""
+    head, parts = pattern, []
+    while True:
+        head, tail = os.path.split(head)
+        if not tail:
+            break
+        parts.append(tail)
+    parts.reverse()
+    fixed = 0
+    while fixed < len(parts) - 1 and not globlib.has_magic(parts[fixed]):
+        fixed += 1
+    return os.path.join(head, *parts[:fixed]) if fixed else (head or ".")
+
+
+def _relative_key(path: str, root: str) -> str:
+    """``path`` relative to ``root``, posix separators, the file's extension dropped."""
+    relative = os.path.relpath(path, root).replace(os.sep, "/")
+    folder, _, name = relative.rpartition("/")
+    stem = name.split(".", 1)[0] if not name.startswith(".") else name
+    return f"{folder}/{stem}" if folder else stem
+
+
 def files(pattern: str | os.PathLike[str]) -> ListSource:
     """Records ``{"key", "path"}`` for the files matching a glob (``**`` recurses), sorted.
 
+    A key is the file's path relative to the glob's root (its leading components without
+    wildcards), with ``/`` separators and without the extension: ``/data/**/*.jpg``
+    gives ``cat/001`` and ``dog/001`` for ``/data/cat/001.jpg`` and ``/data/dog/001.jpg``.
     The pattern is expanded when a loader starts, not here.
 
     Example:
@@ -73,7 +99,8 @@ def files(pattern: str | os.PathLike[str]) -> ListSource:
         paths = sorted(p for p in globlib.glob(text, recursive=True) if os.path.isfile(p))
         if not paths:
             raise NotFoundError(f"no files match {text!r}; check the pattern and the directory")
-        return [{"key": _key_of(p), "path": p} for p in paths]
+        root = _glob_root(text)
+        return [{"key": _relative_key(p, root), "path": p} for p in paths]
 
     return ListSource({"source": "files", "pattern": text}, load)
 

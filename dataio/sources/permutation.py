@@ -12,15 +12,15 @@ from typing import Any
 
 import numpy as np
 
-from dataio.sources.base import IndexedSource
+from dataio.sources.base import IndexedSource, epoch_seed
 
-__all__ = ["FeistelPermutation", "PermutedIndexed"]
+__all__ = ["FeistelPermutation", "PermutedIndexed", "mix"]
 
 _MASK64 = (1 << 64) - 1
 
 
-def _mix(value: int) -> int:
-    # splitmix64's finalizer: a fast, well-distributed 64-bit hash
+def mix(value: int) -> int:
+    """splitmix64's finalizer over a 64-bit value."""
     value = (value + 0x9E3779B97F4A7C15) & _MASK64
     value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
     value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & _MASK64
@@ -44,12 +44,12 @@ class FeistelPermutation:
         bits = max(2, (max(n, 2) - 1).bit_length())
         self.half = (bits + 1) // 2
         self.mask = (1 << self.half) - 1
-        self.keys = [_mix(_mix(seed) ^ (r + 1)) for r in range(self.ROUNDS)]
+        self.keys = [mix(mix(seed) ^ (r + 1)) for r in range(self.ROUNDS)]
 
     def _encrypt(self, value: int) -> int:
         left, right = value >> self.half, value & self.mask
         for key in self.keys:
-            left, right = right, left ^ (_mix(right ^ key) & self.mask)
+            left, right = right, left ^ (mix(right ^ key) & self.mask)
         return (left << self.half) | right
 
     def __getitem__(self, index: int) -> int:
@@ -91,16 +91,24 @@ class FeistelPermutation:
 class PermutedIndexed(IndexedSource):
     """An indexed source read in a seeded order; bulk reads get the remapped positions."""
 
-    def __init__(self, parent: IndexedSource, seed: int) -> None:
+    def __init__(self, parent: IndexedSource, seed: int, reshuffle: bool = True) -> None:
         self.parent = parent
         self.seed = seed
+        self.reshuffle = reshuffle
+        self.epoch = 0
         self.single_pass = parent.single_pass
         self._perm: FeistelPermutation | None = None
+
+    def at_epoch(self, epoch: int) -> PermutedIndexed:
+        """The same shuffle, permuted for ``epoch``."""
+        copy = PermutedIndexed(self.parent.at_epoch(epoch), self.seed, self.reshuffle)  # type: ignore[arg-type]
+        copy.epoch = epoch
+        return copy
 
     def _permutation(self) -> FeistelPermutation:
         n = self.parent.length()
         if self._perm is None or self._perm.n != n:
-            self._perm = FeistelPermutation(n, self.seed)
+            self._perm = FeistelPermutation(n, epoch_seed(self.seed, self.epoch, self.reshuffle))
         return self._perm
 
     def length(self) -> int:
@@ -117,7 +125,8 @@ class PermutedIndexed(IndexedSource):
 
     def describe(self) -> dict[str, Any]:
         """Shuffle settings and the parent."""
-        return {"shuffle": {"seed": self.seed, "buffer_size": None}, "of": self.parent.describe()}
+        settings = {"seed": self.seed, "buffer_size": None, "reshuffle_each_epoch": self.reshuffle}
+        return {"shuffle": settings, "of": self.parent.describe()}
 
     @property
     def configured(self) -> bool:

@@ -48,9 +48,13 @@ def test_batches_kept_by_the_user_are_never_overwritten(records) -> None:
     assert len({a.ctypes.data for a in kept}) == len(kept)
 
 
-def test_release_drops_free_blocks() -> None:
+def test_release_drops_free_blocks_and_later_returns() -> None:
     pool = BufferPool()
     alive = pool.empty((4,), np.float32)
-    pool.empty((2,), np.float32)
+    pool.empty((2,), np.float32)  # dropped at once: a free block
+    assert pool.free_blocks == 1
     pool.release()
-    assert len(pool._blocks) == 1 and pool._blocks[0].ctypes.data == alive.ctypes.data
+    assert pool.free_blocks == 0
+    alive[:] = 3  # still usable after release
+    del alive
+    assert pool.free_blocks == 0  # a closed pool keeps nothing that comes back

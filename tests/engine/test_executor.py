@@ -125,8 +125,9 @@ def test_break_cancels_work_and_releases_buffers(records) -> None:
     assert all(ref() is None for ref in buffers)
     # the shared pool is reused; breaking out leaves no extra thread behind
     assert threading.active_count() <= max(threads_before, cpu_pool()._max_workers + 1)
-    # the loader stands after the delivered batch: the next pass continues from there
-    assert next(iter(loader)).indices == [2, 3]
+    # the checkpoint stands after the delivered batch; the next pass is the next epoch
+    assert loader.state_dict()["samples_consumed"] == 2 and loader.epoch == 0
+    assert next(iter(loader)).indices == [0, 1] and loader.epoch == 1
 
 
 def test_context_exit_closes(records) -> None:

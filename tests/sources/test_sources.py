@@ -418,13 +418,13 @@ def test_files_and_urls(tmp_path: Path, tiny_images) -> None:
         sub.mkdir(exist_ok=True)
         (sub / f"img{i}.jpg").write_bytes(data)
     source = dataio.files(str(tmp_path / "**" / "*.jpg"))
-    assert [r["key"] for r in source] == ["img0", "img1", "img2"]
+    assert [r["key"] for r in source] == ["a/img0", "a/img1", "b/img2"]
     plan = dataio.pipeline(
         dataio.slot("image", field="path").decode_image(),
         dataio.slot("key").passthrough(),
         dataio.batch(1),
     )
-    assert [b["key"] for b in plan.bind(source).run()] == [["img0"], ["img1"], ["img2"]]
+    assert [b["key"] for b in plan.bind(source).run()] == [["a/img0"], ["a/img1"], ["b/img2"]]
     with pytest.raises(dataio.NotFoundError, match="no files match"):
         len(dataio.files(str(tmp_path / "*.png")))
     assert list(dataio.urls(["s3://b/x.jpg", "/tmp/y.png"])) == [
