@@ -392,7 +392,7 @@ FOUND = sorted(
 
 @pytest.mark.parametrize(("target", "name"), FOUND)
 def test_inputs_the_fuzzer_found_are_dataio_errors(target: str, name: str) -> None:
-    """Found by ``fuzz/mutate_tensors.py`` against the code before issue #20's fixes,
+    """Found by a tensor-format fuzz campaign against the code before issue #20's fixes,
     each escaping as a builtin (OSError, LZMAError, AssertionError, IndexError, ...)."""
     with pytest.raises(DataioError):
         _replay(target, CORPUS / target / name)
