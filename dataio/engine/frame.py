@@ -263,7 +263,9 @@ def _read(
 ) -> Any:
     """A DataFusion frame over one file, or over a directory's files ending in ``extension``."""
     if is_remote(path) and fmt != "tfrecord":
-        if not ranged(path):
+        # DataFusion's IPC reader does not validate what it reads (a damaged file can
+        # crash the process), so remote Feather is downloaded and validated whole
+        if not ranged(path) or fmt == "feather":
             table = download_table(fmt, path, options)
             if schema is not None and not table.schema.equals(schema):
                 with guard(f"scan_{fmt}", path):
@@ -1086,6 +1088,8 @@ def feather_table(node: Node) -> Any:
         node = node.input
     if not isinstance(node, Scan) or node.format != "feather":
         return None
+    if any(is_remote(path) for path in node.files):
+        return None  # downloaded (and validated) by the plan, not mapped here
     for step in reversed(steps):  # bottom-up
         if isinstance(step, Limit):
             offset, length = _compose_slice(offset, length, step)

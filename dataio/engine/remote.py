@@ -75,6 +75,7 @@ def download_table(fmt: str, uri: str, options: dict[str, Any]) -> Any:
     import pyarrow as pa
 
     from dataio.exceptions import FormatError
+    from dataio.formats._arrow import validated
     from dataio.io.uri import parse
     from dataio.io.verbs import fetch_whole
 
@@ -85,7 +86,8 @@ def download_table(fmt: str, uri: str, options: dict[str, Any]) -> Any:
 
             return pq.read_table(pa.BufferReader(data))
         if fmt == "feather":
-            return pa.ipc.open_file(pa.BufferReader(data)).read_all()
+            table = pa.ipc.open_file(pa.BufferReader(data)).read_all()
+            return validated(table, uri)
         if fmt == "csv":
             import pyarrow.csv as pacsv
 

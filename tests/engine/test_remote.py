@@ -7,6 +7,8 @@ from collections.abc import Iterator
 
 import boto3
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.feather as feather
 import pyarrow.parquet as pq
 import pytest
 from helpers.object_servers import MotoServer, RangeServer
@@ -37,6 +39,19 @@ def parquet_bytes(table: pa.Table) -> bytes:
     return sink.getvalue()
 
 
+def feather_bytes(table: pa.Table) -> bytes:
+    sink = io.BytesIO()
+    feather.write_feather(table, sink, compression="uncompressed")
+    return sink.getvalue()
+
+
+def offsets_past_data(data: bytes) -> bytes:
+    """The file with the last offset of column ``name`` pointing 8 MB past its data."""
+    offsets = b"".join(n.to_bytes(4, "little") for n in (0, 6, 12, 18, 24))  # "item-0"...
+    at = data.index(offsets) + 16
+    return data[:at] + (8_192_000).to_bytes(4, "little") + data[at + 4 :]
+
+
 @pytest.fixture(scope="module")
 def moto() -> Iterator[MotoServer]:
     server = MotoServer()
@@ -56,6 +71,9 @@ def moto() -> Iterator[MotoServer]:
         client.put_object(Bucket=BUCKET, Key="data/_SUCCESS", Body=b"")
         client.put_object(Bucket=BUCKET, Key="data/notes.txt", Body=b"not parquet")
         client.put_object(Bucket=BUCKET, Key="broken/bad.parquet", Body=b"PAR1 garbage PAR1")
+        good = feather_bytes(part(0, rows=4))
+        client.put_object(Bucket=BUCKET, Key="feather/good.arrow", Body=good)
+        client.put_object(Bucket=BUCKET, Key="feather/bad.arrow", Body=offsets_past_data(good))
         yield server
     finally:
         server.stop()
@@ -87,7 +105,7 @@ def test_a_prefix_a_glob_and_a_list_of_s3_objects_read_like_pyarrow(s3: str) -> 
 def test_filters_and_projections_run_over_s3_objects(s3: str) -> None:
     frame = scan_parquet(f"{s3}/data/").filter(col("label") == 3).select("id", "name")
     whole = expected()
-    mask = pa.compute.equal(whole.column("label"), 3)
+    mask = pc.equal(whole.column("label"), 3)
     assert frame.collect_arrow().equals(whole.filter(mask).select(["id", "name"]))
     assert frame.collect() == whole.filter(mask).select(["id", "name"]).to_pylist()
     # streamed one object after another, in order
@@ -104,6 +122,16 @@ def test_remote_scan_errors_name_the_object(s3: str) -> None:
         scan_parquet(f"{s3}/broken/bad.parquet").collect_arrow()
     with pytest.raises(dataio.DataioError, match="ftp://"):
         scan_parquet("ftp://host/x.parquet")
+
+
+def test_remote_feather_is_validated_before_use(s3: str) -> None:
+    good = scan(f"{s3}/feather/good.arrow", format="feather").collect_arrow()
+    assert good.equals(part(0, rows=4))
+    bad = offsets_past_data(feather_bytes(part(0, rows=4)))
+    with pytest.raises(pa.ArrowInvalid):  # the oracle: pyarrow's full validation
+        pa.ipc.open_file(pa.py_buffer(bad)).read_all().validate(full=True)
+    with pytest.raises(dataio.FormatError, match=r"bad\.arrow"):
+        scan(f"{s3}/feather/bad.arrow", format="feather").collect_arrow()
 
 
 def test_csv_over_http_reads_what_pyarrow_reads() -> None:
