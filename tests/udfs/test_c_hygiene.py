@@ -5,7 +5,6 @@ with AddressSanitizer, which turns a use-after-free or double free into a failur
 from __future__ import annotations
 
 import gc
-import os
 import subprocess
 import sys
 import textwrap
@@ -14,23 +13,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.sanitizers import child_env
 from PIL import Image
 
 from dataio.io import _bytes
 from dataio.udfs import _resample
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def child_env() -> dict[str, str]:
-    """The environment of a child that runs out of memory on purpose. Under AddressSanitizer
-    (``make asan``) its shadow memory defeats an address-space limit, so large allocations
-    fail through ASan's own cap instead (and return NULL rather than abort)."""
-    env = dict(os.environ)
-    if "libasan" in env.get("LD_PRELOAD", ""):
-        extra = "allocator_may_return_null=1:max_allocation_size_mb=1024"
-        env["ASAN_OPTIONS"] = ":".join(filter(None, [env.get("ASAN_OPTIONS"), extra]))
-    return env
 
 
 def test_blank_view_keeps_its_bytes_alive() -> None:

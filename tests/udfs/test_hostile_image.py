@@ -17,6 +17,7 @@ import zlib
 
 import numpy as np
 import pytest
+from helpers.sanitizers import child_env
 from PIL import Image
 
 import dataio
@@ -26,17 +27,6 @@ from dataio.udfs import image as image_module
 from dataio.udfs.image import decode_image, run_chain
 
 SOF_MARKERS = set(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
-
-
-def child_env() -> dict[str, str]:
-    """The environment of a child that runs out of memory on purpose. Under AddressSanitizer
-    (``make asan``) its shadow memory defeats an address-space limit, so large allocations
-    fail through ASan's own cap instead (and return NULL rather than abort)."""
-    env = dict(os.environ)
-    if "libasan" in env.get("LD_PRELOAD", ""):
-        extra = "allocator_may_return_null=1:max_allocation_size_mb=1024"
-        env["ASAN_OPTIONS"] = ":".join(filter(None, [env.get("ASAN_OPTIONS"), extra]))
-    return env
 
 
 def encode(pixels: np.ndarray, fmt: str = "JPEG", **options: object) -> bytes:
