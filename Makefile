@@ -84,8 +84,13 @@ fuzz: $(VENV)/.test
 ASAN_DIR := build/asan
 ASAN_TESTS := $(addprefix tests/udfs/test_,image.py jpeg_region.py resample.py audio.py \
 	hostile_image.py hostile_audio.py c_hygiene.py batch.py)
+# the fuzz harness classifies signals and out-of-memory itself: let SIGSEGV through and
+# make an allocation over the address-space cap return NULL (a MemoryError), not abort
+ASAN_FUZZ := handle_segv=0:allocator_may_return_null=1
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g
-ASAN_ENV = LD_PRELOAD="$$(gcc -print-file-name=libasan.so)" \
+# libstdc++ preloaded too: ASan's __cxa_throw interceptor needs it loaded before any C++
+# library (pyarrow, torch) throws, or the first C++ exception aborts the process
+ASAN_ENV = LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
 	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	PYTHONPATH="$(CURDIR)/$(ASAN_DIR)" PYTHONDONTWRITEBYTECODE=1
 asan: $(VENV)/.test
@@ -100,7 +105,7 @@ asan: $(VENV)/.test
 		"import dataio, sys; sys.exit(not dataio.__file__.startswith('$(CURDIR)/$(ASAN_DIR)/'))"
 	cd $(ASAN_DIR) && $(ASAN_ENV) $(abspath $(PY)) -m pytest $(ASAN_TESTS) -p no:cacheprovider
 	@if [ -d $(ASAN_DIR)/tests/fuzz ]; then \
-		cd $(ASAN_DIR) && $(ASAN_ENV) $(abspath $(PY)) -m pytest tests/fuzz -q -p no:cacheprovider; \
+		cd $(ASAN_DIR) && $(ASAN_ENV) ASAN_OPTIONS=detect_leaks=0:$(ASAN_FUZZ) $(abspath $(PY)) -m pytest tests/fuzz -q -p no:cacheprovider; \
 	else \
 		echo "make asan: no tests/fuzz here, the fuzz corpus replay is skipped"; \
 	fi

@@ -20,13 +20,25 @@ from dataio.exceptions import FormatError, NotFoundError, PermissionDeniedError
 __all__ = ["check_feather_v1", "check_ipc_file", "open_error", "validated"]
 
 
+def _decode_names(fields: Any) -> None:
+    """Read every (nested) field name: ``validate`` checks data, not names, and a name
+    that is not UTF-8 would fail later, in whatever touches it, as UnicodeDecodeError."""
+    for field in fields:
+        _ = field.name
+        kind = field.type
+        if hasattr(kind, "field"):
+            _decode_names(kind.field(i) for i in range(kind.num_fields))
+
+
 def validated(table: Any, source: str) -> Any:
-    """``table`` once ``validate(full=True)`` passes; a :class:`FormatError` otherwise."""
+    """``table`` once ``validate(full=True)`` passes and its field names decode; a
+    :class:`FormatError` otherwise."""
     import pyarrow as pa
 
     try:
+        _decode_names(table.schema)
         table.validate(full=True)
-    except (pa.ArrowException, ValueError) as exc:
+    except (pa.ArrowException, ValueError) as exc:  # UnicodeDecodeError is a ValueError
         raise FormatError(
             f"{source!r} holds invalid Arrow data ({exc}); the file is damaged, rewrite it"
         ) from None
@@ -79,6 +91,7 @@ def check_ipc_file(path: str, what: str) -> None:
     try:
         with pa.memory_map(path) as source:
             reader = pa.ipc.open_file(source)
+            _decode_names(reader.schema)
             for i in range(reader.num_record_batches):
                 reader.get_batch(i).validate(full=True)
     except (pa.ArrowException, ValueError) as exc:

@@ -152,8 +152,10 @@ def manifest(path: str | os.PathLike[str], *, format: str | None = None) -> List
             raise
         except PermissionError:
             raise PermissionDeniedError(f"manifest {text!r}: permission denied") from None
-        except (UnicodeDecodeError, csv.Error, OSError, ValueError) as exc:
-            # pyarrow's ArrowInvalid is a ValueError; a bad Parquet file can raise OSError
+        except (UnicodeDecodeError, csv.Error, OSError, ValueError, NotImplementedError) as exc:
+            # pyarrow's ArrowInvalid is a ValueError, ArrowNotImplementedError (a damaged
+            # schema: "integers with more than 64 bits") a NotImplementedError; a bad
+            # Parquet file can raise OSError
             raise FormatError(
                 f"manifest {text!r} is not a readable {kind} file ({exc}); check its format"
             ) from None

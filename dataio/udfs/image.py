@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from dataio import limits
-from dataio.exceptions import DecodeError, LimitError, TransformError
+from dataio.exceptions import DataioError, DecodeError, LimitError, TransformError
 
 _resample: Any
 try:  # the compiled kernel; without it Pillow resamples (slower, same results within 1 level)
@@ -269,10 +269,11 @@ def _open(data: bytes | bytearray | memoryview, *, check: bool = True) -> Any:
             f"not a recognised image format (first bytes {head!r}); "
             "expected JPEG, PNG, WebP, BMP, GIF or TIFF"
         ) from None
-    # Warning: Pillow warns about corrupt metadata; where warnings are errors, the
-    # corrupt file must still surface as a DecodeError the caller can skip.
-    except (OSError, ValueError, Image.DecompressionBombError, Warning) as exc:
-        raise DecodeError(f"cannot read the image header: {exc}") from exc
+    # Pillow's plugins parse hostile headers in Python and fail with whatever their
+    # parsing hits (OSError, struct.error, TypeError from a rational TIFF offset...), or
+    # warn about corrupt metadata (an error where warnings are): all mean a bad file.
+    except Exception as exc:
+        raise DecodeError(f"cannot read the image header: {type(exc).__name__}: {exc}") from exc
     if check:
         # every format Pillow reads: its size is known before any pixel is decoded
         width, height = im.size
@@ -310,7 +311,6 @@ def image_size(data: bytes | bytearray | memoryview) -> tuple[int, int]:
 
 
 def _load(im: Any, mode: str) -> Any:
-    from PIL import Image
 
     try:
         im.load()
@@ -320,8 +320,12 @@ def _load(im: Any, mode: str) -> Any:
             f"not enough memory to decode the {im.size[0]}x{im.size[1]} image; lower "
             "dataio.limits max_image_pixels or decode fewer images at once"
         ) from exc
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError, Warning) as exc:
-        raise DecodeError(f"the image is corrupt or truncated: {exc}") from exc
+    except DataioError:
+        raise
+    except Exception as exc:  # as in _open: a hostile file fails Pillow in many ways
+        raise DecodeError(
+            f"the image is corrupt or truncated: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def _decode_jpeg_full(
