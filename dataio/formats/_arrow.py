@@ -58,16 +58,13 @@ def open_error(exc: BaseException, path: str, what: str) -> Exception:
 
 def check_regular(path: str, what: str) -> os.stat_result:
     """Stat ``path`` and refuse anything but a readable regular file (FIFOs would block)."""
-    import stat as statmod
+    from dataio.io import local
 
     try:
         info = os.stat(path)
     except OSError as exc:
         raise open_error(exc, path, what) from None
-    if statmod.S_ISDIR(info.st_mode):
-        raise FormatError(f"{what}: {path!r} is a directory, not a file")
-    if not statmod.S_ISREG(info.st_mode):
-        raise FormatError(f"{what}: {path!r} is not a regular file (a FIFO, socket or device)")
+    local.check_regular(path, info.st_mode, what)
     if not os.access(path, os.R_OK):
         raise PermissionDeniedError(f"{what}: no permission to read {path!r}; check its mode")
     return info

@@ -12,7 +12,7 @@ import stat
 from typing import BinaryIO
 
 from dataio import limits
-from dataio.exceptions import DataioError
+from dataio.exceptions import FormatError
 
 __all__ = ["FLAGS", "check_regular", "open_file", "open_regular", "read_bounded"]
 
@@ -29,11 +29,11 @@ _KINDS = (
 
 
 def check_regular(path: str, mode: int, verb: str) -> None:
-    """Raise :class:`DataioError` naming ``path`` unless ``mode`` is a regular file's."""
+    """Raise :class:`FormatError` naming ``path`` unless ``mode`` is a regular file's."""
     if stat.S_ISREG(mode):
         return
     kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
-    raise DataioError(
+    raise FormatError(
         f"{verb} {path!r}: it is {kind}, not a regular file; "
         "dataio reads only regular files from local paths"
     )
