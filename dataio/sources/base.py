@@ -11,9 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dataio.exceptions import DataioError, PlanError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["IndexedSource", "Source", "callable_name", "source_signature"]
 
@@ -47,6 +50,32 @@ class Source:
     def length(self) -> int | None:
         """The number of records when known without reading them, else ``None``."""
         return None
+
+    # -- columnar access (sources whose records are Arrow rows) ----------------------
+
+    def arrow_schema(self) -> pa.Schema | None:
+        """The records' Arrow schema when a pass can be read as record batches, else ``None``.
+
+        Sources of Python records return ``None``: the executor reads them with
+        :meth:`iterate` and carries what Arrow cannot hold in an object side column.
+        """
+        return None
+
+    def iterate_batches(self) -> Iterator[pa.RecordBatch]:
+        """Start a pass as Arrow record batches of any sizes, rows in source order.
+
+        Only for sources whose :meth:`arrow_schema` is not ``None``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no Arrow batches")
+
+    def by_position(self) -> IndexedSource | None:
+        """An indexed view of the same rows in the same order, when rows are addressable.
+
+        Sources that are not :class:`IndexedSource` but can read rows by position (a
+        Parquet or Feather frame) return one, so shuffles and shards read only the rows
+        they need; ``None`` otherwise.
+        """
+        return self if isinstance(self, IndexedSource) else None
 
     @property
     def configured(self) -> bool:
@@ -176,6 +205,23 @@ class IndexedSource(Source):
     def iterate(self) -> Iterator[Any]:
         """Read the rows in order, one at a time."""
         return (self.get(i) for i in range(self.length()))
+
+    def take_batch(self, positions: Sequence[int]) -> pa.RecordBatch:
+        """The rows at ``positions`` (in the order given, duplicates included) as one batch.
+
+        Only for sources whose :meth:`arrow_schema` is not ``None``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no Arrow batches")
+
+    def shard_positions(self, rank: int, world: int, *, pad: bool) -> Sequence[int] | None:
+        """The positions rank ``rank`` of ``world`` reads, when the source chooses them.
+
+        A source stored in blocks (Parquet row groups, files) returns contiguous runs so
+        that each rank reads about ``1/world`` of the bytes; every rank must get the same
+        count (``pad`` as in ``run(shard=...)``). ``None`` (the default) keeps the
+        round-robin assignment ``position % world == rank``.
+        """
+        return None
 
 
 def epoch_seed(seed: int, epoch: int, reshuffle: bool) -> int:

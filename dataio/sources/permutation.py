@@ -123,6 +123,14 @@ class PermutedIndexed(IndexedSource):
         """Forward the remapped positions to the parent's bulk read."""
         return self.parent.get_many(self._permutation().many(indices))
 
+    def arrow_schema(self) -> Any:
+        """The parent's Arrow schema."""
+        return self.parent.arrow_schema()
+
+    def take_batch(self, positions: Sequence[int]) -> Any:
+        """Forward the remapped positions to the parent's batch read."""
+        return self.parent.take_batch(self._permutation().many(positions))
+
     def describe(self) -> dict[str, Any]:
         """Shuffle settings and the parent."""
         settings = {"seed": self.seed, "buffer_size": None, "reshuffle_each_epoch": self.reshuffle}
