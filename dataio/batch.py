@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, Sequence, ValuesView
 from typing import Any
 
 from dataio.exceptions import DataioError, FieldError
@@ -13,10 +13,20 @@ __all__ = ["Batch"]
 class Batch(Mapping[str, Any]):
     """One batch: a read-only mapping of slot name to column, plus per-row metadata.
 
-    ``batch["image"]`` is a tensor slot's array (or torch tensor); a passthrough slot of
-    numbers or bools is an array (tensor) of their dtype, other passthrough values stay
-    a list. Rows that failed under ``on_failure="skip"`` are not in the columns; their
-    errors are in :attr:`errors`.
+    ``batch["image"]`` is a tensor slot's array (or torch tensor). A passthrough slot
+    follows its source:
+
+    * Python records: numbers or bools are an array (tensor) of their dtype (Python ints
+      ``int64``, floats ``float64``); strings, ``None``, mixed kinds and ints beyond
+      int64 stay a list.
+    * Arrow rows (sources with an Arrow schema): integer and floating columns without
+      nulls are NumPy arrays of their Arrow type (``int64`` labels, ``float32`` scores;
+      a zero-copy, read-only view of the Arrow buffer; a tensor under ``run("torch")``),
+      booleans without nulls a ``bool`` array; strings, binary, nested and temporal
+      columns and any column with nulls stay a ``pyarrow.Array``.
+
+    Rows that failed under ``on_failure="skip"`` are not in the columns; their errors
+    are in :attr:`errors`.
 
     As a :class:`~collections.abc.Mapping`, ``batch.keys()`` are the slot names and
     ``dict(batch)`` the columns, so torch and Lightning collection helpers accept it;
@@ -37,14 +47,16 @@ class Batch(Mapping[str, Any]):
         self,
         columns: dict[str, Any],
         *,
-        keys: list[Any],
-        indices: list[int],
+        keys: Any,
+        indices: Sequence[int],
         errors: list[DataioError] | None = None,
         sizes: dict[str, list[tuple[int, int]]] | None = None,
         row_values: frozenset[str] = frozenset(),
         mixed_by: str | None = None,
     ) -> None:
         self._columns = columns
+        # row keys and indices may arrive lazily (an Arrow key column, a function, a
+        # range): most training loops never read them, so they become lists on access
         self._keys = keys
         self._indices = indices
         self.errors = errors or []
@@ -69,13 +81,31 @@ class Batch(Mapping[str, Any]):
         ``batch.keys()`` is the mapping's: the slot names.
         """
         self._unmixed("batch.row_keys")
-        return self._keys
+        return self._key_list()
+
+    def _key_list(self) -> list[Any]:
+        keys = self._keys
+        if not isinstance(keys, list):
+            if keys is None:
+                keys = [None] * len(self._indices)
+            elif callable(keys):
+                keys = keys()
+            else:  # an Arrow column
+                keys = keys.to_pylist()
+            self._keys = keys
+        return keys
 
     @property
     def indices(self) -> list[int]:
         """Each row's record index in the stream."""
         self._unmixed("batch.indices")
-        return self._indices
+        return self._index_list()
+
+    def _index_list(self) -> list[int]:
+        indices = self._indices
+        if not isinstance(indices, list):
+            indices = self._indices = list(indices)
+        return indices
 
     @property
     def sizes(self) -> dict[str, list[tuple[int, int]]]:
@@ -179,8 +209,10 @@ class Batch(Mapping[str, Any]):
             if shape is not None:
                 dtype = str(getattr(column, "dtype", "")).replace("torch.", "")
                 parts.append(f"{name}: {dtype}{list(shape)}")
-            else:
+            elif isinstance(column, list):
                 parts.append(f"{name}: list[{len(column)}]")
+            else:  # an Arrow array
+                parts.append(f"{name}: arrow {getattr(column, 'type', '?')}[{len(column)}]")
         errors = f", errors={len(self.errors)}" if self.errors else ""
         mixed = f", mixed_by={self.mixed_by}" if self.mixed_by else ""
         return f"Batch(rows={len(self)}, {', '.join(parts)}{errors}{mixed})"

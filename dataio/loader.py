@@ -193,7 +193,7 @@ class Loader:
             if self._order == "submit":
                 self._consumed = max(self._consumed, job.end)
             else:  # jobs arrive out of order: count what was delivered
-                self._consumed += len(job.records)
+                self._consumed += job.size
             last = executor.drained
             try:
                 item = self._deliver(job, current.epoch)

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from dataio.batch import Batch
+from dataio.engine.columns import arrow_column
 from dataio.engine.executor import BatchJob
 from dataio.engine.lower import SlotKernel
 from dataio.exceptions import BatchFailedError, DataioError, ShapeMismatchError
@@ -71,17 +72,23 @@ def _numeric(values: list[Any]) -> Any:
     """
     if not values:
         return values
-    kinds = {type(v) for v in values}
-    if kinds == {bool}:
-        return np.array(values, dtype=np.bool_)
+    kinds = set(map(type, values))
+    if len(kinds) == 1:
+        kind = next(iter(kinds))
+        if kind is int:
+            try:
+                return np.fromiter(values, np.int64, len(values))
+            except OverflowError:  # an int beyond int64: keep Python's exact value
+                return values
+        if kind is float:
+            return np.fromiter(values, np.float64, len(values))
+        if kind is bool:
+            return np.fromiter(values, np.bool_, len(values))
+        if issubclass(kind, np.number | np.bool_):
+            return np.array(values)
+        return values
     if kinds <= {int, float}:
-        dtype = np.float64 if float in kinds else np.int64
-        try:
-            return np.array(values, dtype=dtype)
-        except OverflowError:  # an int beyond int64: keep Python's exact value
-            return values
-    if len(kinds) == 1 and issubclass(next(iter(kinds)), np.number | np.bool_):
-        return np.array(values)
+        return np.array(values, dtype=np.float64)
     return values
 
 
@@ -98,7 +105,7 @@ def _stacks(job: BatchJob, kernel: SlotKernel, unstacked: frozenset[str]) -> boo
 
 
 def _mark_odd_shapes(
-    job: BatchJob, errors: list[DataioError | None], unstacked: frozenset[str]
+    job: BatchJob, errors: dict[int, DataioError], unstacked: frozenset[str]
 ) -> None:
     """Make rows whose shape differs from the batch's most common shape row errors.
 
@@ -110,7 +117,7 @@ def _mark_odd_shapes(
         if not _stacks(job, kernel, unstacked):
             continue
         values = job.values[kernel.name]
-        rows = [row for row, error in enumerate(errors) if error is None]
+        rows = [row for row in range(job.size) if row not in errors]
         shapes = [np.shape(values[row]) for row in rows]
         counts = Counter(shapes)  # insertion-ordered: max() breaks ties by first row
         if len(counts) <= 1:
@@ -122,21 +129,32 @@ def _mark_odd_shapes(
                     f"slot {kernel.name!r} produced rows of different shapes: this one "
                     f"{shape}, {counts[kept]} of the batch's {len(rows)} rows {kept}; add a "
                     "fixed-size op (resize, a crop, fix_length) or batch_transforms.padding"
-                ).with_row(index=job.positions[row], key=job.keys[row], slot=kernel.name)
+                ).with_row(index=job.positions[row], key=job.key_at(row), slot=kernel.name)
 
 
-def _column(job: BatchJob, kernel: SlotKernel, rows: list[int], unstacked: frozenset[str]) -> Any:
+def _column(
+    job: BatchJob, kernel: SlotKernel, rows: list[int] | None, unstacked: frozenset[str]
+) -> Any:
+    """One slot's column over ``rows`` (``None``: every row)."""
     name = kernel.name
+    whole = job.columns.get(name)
+    if whole is not None:
+        if job.batch is not None:  # an Arrow column
+            if rows is not None:
+                whole = whole.take(rows)
+            return arrow_column(whole)
+        picked = whole if rows is None else [whole[row] for row in rows]
+        return picked if name in unstacked else _numeric(picked)
     inactive = job.inactive.get(name, set())
-    everything = len(rows) == len(job.records)
     if name in job.buffers:
         buffer = job.buffers[name]
+        keep = range(job.size) if rows is None else rows
         if inactive:
-            return [None if row in inactive else buffer[row] for row in rows]
-        column: Any = buffer if everything else buffer[rows]
+            return [None if row in inactive else buffer[row] for row in keep]
+        column: Any = buffer if rows is None else buffer[rows]
     else:
         values = job.values[name]
-        picked = values if everything else [values[row] for row in rows]
+        picked = values if rows is None else [values[row] for row in rows]
         if kernel.passthrough and name not in unstacked and not inactive:
             return _numeric(picked)
         if kernel.passthrough or kernel.objects or name in unstacked or inactive:
@@ -169,29 +187,29 @@ def assemble(
     """
     if job.fatal:
         raise min(job.fatal, key=lambda item: item[0])[1]
-    by_row = list(job.errors)
-    _mark_odd_shapes(job, by_row, unstacked)
-    errors = [e for e in by_row if e is not None]
-    if errors:
-        policy.report(errors)
-        keep = [row for row, e in enumerate(by_row) if e is None]
-        policy.check(errors, len(keep), len(job.records))
-    else:
-        keep = list(range(len(job.records)))
-    columns = {k.name: _column(job, k, keep, unstacked) for k in job.kernels}
-    row_values = frozenset(k.name for k in job.kernels if k.passthrough or k.objects)
-    if not errors:
+    kernels = job.kernels
+    by_row = job.errors
+    if job.values:
+        _mark_odd_shapes(job, by_row, unstacked)
+    row_values = frozenset(k.name for k in kernels if k.passthrough or k.objects)
+    if not by_row:
         return Batch(
-            columns,
+            {k.name: _column(job, k, None, unstacked) for k in kernels},
             keys=job.keys,
             indices=job.positions,
             sizes=job.sizes,  # type: ignore[arg-type]
             row_values=row_values,
         )
+    errors = [by_row[row] for row in sorted(by_row)]
+    policy.report(errors)
+    keep = [row for row in range(job.size) if row not in by_row]
+    policy.check(errors, len(keep), job.size)
+    columns = {k.name: _column(job, k, keep, unstacked) for k in kernels}
     sizes = {name: [s[row] for row in keep] for name, s in job.sizes.items()}
+    keys = None if job.keys is None else [job.key_at(row) for row in keep]
     return Batch(
         columns,
-        keys=[job.keys[row] for row in keep],
+        keys=keys,
         indices=[job.positions[row] for row in keep],
         errors=errors,
         sizes=sizes,  # type: ignore[arg-type]

@@ -26,7 +26,7 @@ def batch_rng(seed: int, epoch: int, first: int, number: int) -> np.random.Gener
 
 def apply_batch_ops(batch: Batch, ops: tuple[Op, ...], seed: int, epoch: int) -> Batch:
     """Run ``ops`` in order on a NumPy batch."""
-    first = batch._indices[0] if batch._indices else 0
+    first = batch._indices[0] if len(batch._indices) else 0
     for number, op in enumerate(ops):
         rng = batch_rng(seed, epoch, first, number) if op.random else None
         batch = _OPS[op.name](batch, op.params_dict(), rng)
@@ -101,17 +101,22 @@ def _padding(batch: Batch, p: dict[str, Any], rng: Any) -> Batch:
 
 def _shuffle(batch: Batch, p: dict[str, Any], rng: Any) -> Batch:
     order = rng.permutation(len(batch))
-    columns = {
-        name: column[order] if isinstance(column, np.ndarray) else [column[i] for i in order]
-        for name, column in batch._columns.items()
-    }
+    columns = {name: _reorder(column, order) for name, column in batch._columns.items()}
     sizes = {name: [rows[i] for i in order] for name, rows in batch._sizes.items()}
     return batch.with_columns(
         columns,
-        keys=[batch._keys[i] for i in order],
-        indices=[batch._indices[i] for i in order],
+        keys=[batch._key_list()[i] for i in order],
+        indices=[batch._index_list()[i] for i in order],
         sizes=sizes,
     )
+
+
+def _reorder(column: Any, order: np.ndarray) -> Any:
+    if isinstance(column, np.ndarray):
+        return column[order]
+    if hasattr(column, "take") and not isinstance(column, list):  # an Arrow array
+        return column.take(order)
+    return [column[i] for i in order]
 
 
 def _normalization(batch: Batch, p: dict[str, Any], rng: Any) -> Batch:

@@ -1,12 +1,20 @@
 """The executor: ordered, bounded, cancellable batch production on the shared CPU pool.
 
-Each batch is a :class:`BatchJob` with preallocated output buffers. Its records run as
+Each batch is a :class:`BatchJob` with preallocated output buffers. Its rows run as
 separate pool tasks (a record map, then every slot kernel writing into its row), so
 a batch spreads over all workers. At most ``prefetch`` jobs exist at once and at most
 ``concurrency`` records are running or queued on the pool; nothing runs further ahead.
 Jobs are delivered in submit order (or as they complete); values never depend on
 timing because every random op draws from a generator seeded by
 ``(seed, epoch, record index, slot number)``.
+
+A job's rows are an Arrow record batch or a list of Python records (see
+:class:`~dataio.engine.stream.Chunk`). Over Arrow rows, passthrough slots take whole
+columns and media slots read each value zero-copy from the column's buffers
+(:mod:`dataio.engine.columns`); no Python row is built. A chunk whose rows must be
+Python records (record maps, ``active_when`` conditions, a required field the schema
+lacks) is converted for that chunk only: its records become the job's object side
+column, and everything then runs exactly as for Python sources.
 """
 
 from __future__ import annotations
@@ -15,19 +23,23 @@ import concurrent.futures
 import os
 import threading
 from collections import deque
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dataio.engine.buffers import BufferPool
+from dataio.engine.columns import value_reader
 from dataio.engine.lower import SlotKernel
 from dataio.engine.pool import cpu_pool
 from dataio.engine.stream import Chunk
 from dataio.exceptions import DataioError, DecodeError, FieldError
 from dataio.io import read_bytes
 from dataio.pipeline import Map
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["BatchJob", "Executor", "record_rng"]
 
@@ -44,47 +56,97 @@ def record_key(record: Any) -> Any:
     return None
 
 
-@dataclass
 class BatchJob:
-    """One batch in flight: its records, preallocated buffers and per-row outcomes.
+    """One batch in flight: its rows, preallocated buffers and per-row outcomes.
 
-    ``positions`` are the records' places in the unsharded stream (they seed random
-    ops); ``end`` is the rank-local sample count once this batch is delivered.
+    ``positions`` are the rows' places in the unsharded stream (they seed random ops);
+    ``end`` is the rank-local sample count once this batch is delivered. The rows are
+    ``records`` (Python) or ``batch`` (Arrow). ``columns`` holds slots taken whole
+    (Arrow arrays or lists); ``values`` per-row values of the other unbuffered slots;
+    ``errors`` maps a row to its error.
     """
 
-    positions: list[int]
-    records: list[Any]
-    kernels: tuple[SlotKernel, ...]
-    end: int = 0
-    buffers: dict[str, np.ndarray] = field(default_factory=dict)
-    values: dict[str, list[Any]] = field(default_factory=dict)
-    sizes: dict[str, list[tuple[int, ...] | None]] = field(default_factory=dict)
-    keys: list[Any] = field(default_factory=list)
-    errors: list[DataioError | None] = field(default_factory=list)
-    fatal: list[tuple[int, BaseException]] = field(default_factory=list)
-    inactive: dict[str, set[int]] = field(default_factory=dict)
-    remaining: int = 0
-    done: bool = False
-    pool: BufferPool | None = None
+    __slots__ = (
+        "batch",
+        "buffers",
+        "columns",
+        "done",
+        "end",
+        "errors",
+        "fatal",
+        "inactive",
+        "kernels",
+        "keys",
+        "positions",
+        "readers",
+        "records",
+        "remaining",
+        "size",
+        "sizes",
+        "values",
+    )
 
-    def __post_init__(self) -> None:
-        n = len(self.records)
+    def __init__(
+        self,
+        positions: Sequence[int],
+        records: list[Any] | None,
+        kernels: tuple[SlotKernel, ...],
+        end: int = 0,
+        *,
+        batch: pa.RecordBatch | None = None,
+        pool: BufferPool | None = None,
+    ) -> None:
+        n = len(positions)
+        self.positions = positions
+        self.records = records
+        self.batch = batch
+        self.kernels = kernels
+        self.end = end
+        self.size = n
         self.remaining = n
-        self.keys = [None] * n
-        self.errors = [None] * n
+        self.done = False
+        self.buffers: dict[str, np.ndarray] = {}
+        self.values: dict[str, list[Any]] = {}
+        self.columns: dict[str, Any] = {}
+        self.readers: dict[str, Callable[[int], Any]] = {}
+        self.sizes: dict[str, list[tuple[int, ...] | None]] = {}
+        #: a list of row keys, or a callable / Arrow array giving them (read lazily)
+        self.keys: Any = None
+        self.errors: dict[int, DataioError] = {}
+        self.fatal: list[tuple[int, BaseException]] = []
+        self.inactive: dict[str, set[int]] = {}
+
+    def allocate(self, pool: BufferPool | None, *, whole: bool) -> None:
+        """Make the output buffers (and per-row lists) of the slots run row by row."""
+        n = self.size
         for kernel in self.kernels:
+            if kernel.passthrough:
+                if not whole:
+                    self.values[kernel.name] = [None] * n
+                continue
             shape = kernel.row_shape
             if shape is not None:
                 rows = (n, *shape)
                 self.buffers[kernel.name] = (
-                    self.pool.empty(rows, kernel.dtype)
-                    if self.pool is not None
+                    pool.empty(rows, kernel.dtype)
+                    if pool is not None
                     else np.empty(rows, kernel.dtype)
                 )
             else:
                 self.values[kernel.name] = [None] * n
-            if not kernel.passthrough:
-                self.sizes[kernel.name] = [None] * n
+            self.sizes[kernel.name] = [None] * n
+
+    def key_at(self, row: int) -> Any:
+        """The key of one row (for error messages)."""
+        keys = self.keys
+        if keys is None:
+            return None
+        if isinstance(keys, list):
+            return keys[row]
+        if callable(keys):
+            return keys()[row]
+        scalar = keys[row]
+        return scalar.as_py() if scalar.is_valid else None
 
     def nbytes(self) -> int:
         """Bytes held by the preallocated buffers."""
@@ -138,6 +200,11 @@ class Executor:
         # ...and without record maps there is nothing worth a thread handoff: the consumer
         # builds such batches itself (about 10x the records/s of a pool round trip).
         self._inline = self._whole_jobs and not self._maps
+        self._next_chunk: Chunk | None = None  # inline mode reads one chunk ahead
+        # Arrow rows stay columns unless a record map or an active_when condition needs
+        # Python records
+        self._python_only = bool(self._maps) or any(k.active is not None for k in kernels)
+        self._getters = {k.field: itemgetter(k.field) for k in kernels}
         self._queue: deque[tuple[BatchJob, range]] = deque()
         self._running: set[concurrent.futures.Future[None]] = set()
         self._lock = threading.Lock()
@@ -149,6 +216,8 @@ class Executor:
         """Return the next finished job, or ``None`` when the source is exhausted."""
         if self._closed:
             raise DataioError("the loader is closed; start a new run() to iterate again")
+        if self._inline:
+            return self._next_inline()
         self._fill()
         with self._cond:
             while self._jobs:
@@ -162,10 +231,60 @@ class Executor:
         self._fill()
         return job
 
+    def _next_inline(self) -> BatchJob | None:
+        """Build the next batch on the caller's thread; one chunk is read ahead."""
+        chunk = self._next_chunk
+        if chunk is None and not self._exhausted:
+            chunk = next(self._chunks, None)
+        if chunk is None:
+            self._exhausted = True
+            return None
+        job = self._job(chunk)
+        self._run_rows(job, range(job.size))
+        self._next_chunk = next(self._chunks, None)
+        if self._next_chunk is None:
+            self._exhausted = True
+        return job
+
     def _ready_job(self) -> BatchJob | None:
         if self._ordered:
             return self._jobs[0] if self._jobs[0].done else None
         return next((job for job in self._jobs if job.done), None)
+
+    def _job(self, chunk: Chunk) -> BatchJob:
+        job = BatchJob(chunk.positions, chunk.records, self._kernels, chunk.end, batch=chunk.batch)
+        if job.batch is not None and not self._arrow_rows(job, job.batch):
+            # the object side column: this chunk's rows as Python records
+            job.records, job.batch = job.batch.to_pylist(), None
+        job.allocate(self._pool, whole=self._whole_jobs and job.batch is not None)
+        return job
+
+    def _arrow_rows(self, job: BatchJob, batch: pa.RecordBatch) -> bool:
+        """Take passthrough columns whole and prepare media readers; False when the
+        chunk needs Python records instead (nothing changed then)."""
+        if self._python_only:
+            return False
+        schema = batch.schema
+        found: dict[str, int] = {}
+        for kernel in self._kernels:
+            index = schema.get_field_index(kernel.field)
+            if index < 0 and not kernel.optional:
+                return False  # every row fails: the Python path names each one
+            found[kernel.name] = index
+        n = batch.num_rows
+        for kernel in self._kernels:
+            index = found[kernel.name]
+            if kernel.passthrough:
+                job.columns[kernel.name] = batch.column(index) if index >= 0 else _nulls(n)
+            else:
+                job.readers[kernel.name] = (
+                    value_reader(batch.column(index)) if index >= 0 else _absent
+                )
+        index = schema.get_field_index("key")
+        if index < 0:
+            index = schema.get_field_index("__key__")
+        job.keys = batch.column(index) if index >= 0 else None
+        return True
 
     def _fill(self) -> None:
         while not self._exhausted and len(self._jobs) < self._prefetch:
@@ -173,16 +292,10 @@ class Executor:
             if chunk is None:
                 self._exhausted = True
                 break
-            job = BatchJob(
-                chunk.positions, chunk.records, self._kernels, chunk.end, pool=self._pool
-            )
-            if self._inline:
-                self._run_rows(job, range(len(chunk.records)))
-                self._jobs.append(job)
-                continue
+            job = self._job(chunk)
             with self._lock:
                 self._jobs.append(job)
-                rows = range(len(chunk.records))
+                rows = range(job.size)
                 if self._whole_jobs:
                     self._queue.append((job, rows))
                 else:
@@ -192,7 +305,7 @@ class Executor:
     @property
     def drained(self) -> bool:
         """True once the last job was taken: the chunks ran out and nothing is pending."""
-        return self._exhausted and not self._jobs
+        return self._exhausted and not self._jobs and self._next_chunk is None
 
     def close(self, *, wait: bool = True) -> None:
         """Cancel queued work, wait for running tasks (unless ``wait=False``), drop buffers."""
@@ -201,6 +314,7 @@ class Executor:
             self._queue.clear()
             running = list(self._running)
             self._jobs.clear()
+            self._next_chunk = None
         for future in running:
             future.cancel()
         if wait:
@@ -229,35 +343,50 @@ class Executor:
 
     def _run_rows(self, job: BatchJob, rows: range) -> None:
         try:
-            if not (self._whole_jobs and self._columns_at_once(job)):
+            if job.batch is not None:
+                if job.readers:
+                    for row in rows:
+                        self._process_arrow(job, row)
+            elif not (self._whole_jobs and self._columns_at_once(job)):
                 for row in rows:
                     self._process(job, row)
         finally:
-            with self._cond:
-                job.remaining -= len(rows)
-                if job.remaining == 0:
-                    job.done = True
-                    self._cond.notify_all()
+            if self._inline:
+                job.remaining = 0
+                job.done = True
+            else:
+                with self._cond:
+                    job.remaining -= len(rows)
+                    if job.remaining == 0:
+                        job.done = True
+                        self._cond.notify_all()
 
     def _columns_at_once(self, job: BatchJob) -> bool:
         """Passthrough-only batches of plain dicts: one list per column, no per-row calls.
 
         Returns False (having changed nothing) when a record needs the per-row path:
-        record maps, a non-dict record or a missing field, so errors stay per row.
+        record maps, a record that is not a dict, a missing field or an optional field
+        holding ``None``, so errors and inactive rows stay per row.
         """
         records = job.records
-        if self._maps or not all(type(record) is dict for record in records):
+        assert records is not None
+        # only plain dicts: other mappings may compute a field (and fail) on access
+        if self._maps or set(map(type, records)) != {dict}:
             return False
         try:
-            columns = {k.name: [record[k.field] for record in records] for k in self._kernels}
+            columns = {k.name: list(map(self._getters[k.field], records)) for k in self._kernels}
         except KeyError:
             return False
-        job.values.update(columns)
-        job.keys = [record_key(record) for record in records]
+        for kernel in self._kernels:
+            if kernel.optional and None in columns[kernel.name]:
+                return False  # None rows are inactive rows: the per-row path marks them
+        job.columns.update(columns)
+        job.keys = lambda: [record_key(record) for record in records]
         return True
 
     def _process(self, job: BatchJob, row: int) -> None:
         index = job.positions[row]
+        assert job.records is not None
         record = job.records[row]
         try:
             for fn in self._maps:
@@ -266,6 +395,8 @@ class Executor:
             job.fatal.append((row, exc))
             return
         key = record_key(record)
+        if job.keys is None:
+            job.keys = [None] * job.size
         job.keys[row] = key
         if not isinstance(record, Mapping):
             job.errors[row] = FieldError(
@@ -279,9 +410,9 @@ class Executor:
                 job.errors[row] = exc.with_row(index=index, key=key, slot=kernel.name)
                 return
             except Exception as exc:  # a kernel library failed in a way it does not document
-                error = DecodeError(f"{type(exc).__name__}: {exc}")
-                error.__cause__ = exc
-                job.errors[row] = error.with_row(index=index, key=key, slot=kernel.name)
+                job.errors[row] = _undocumented(exc).with_row(
+                    index=index, key=key, slot=kernel.name
+                )
                 return
 
     def _run_slot(
@@ -309,6 +440,12 @@ class Executor:
         if kernel.run is None:
             job.values[kernel.name][row] = value
             return
+        self._decode(job, row, index, number, kernel, value)
+
+    def _decode(
+        self, job: BatchJob, row: int, index: int, number: int, kernel: SlotKernel, value: Any
+    ) -> None:
+        assert kernel.run is not None
         rng = record_rng(self._seed, self._epoch, index, number) if kernel.random else None
         buffer = job.buffers.get(kernel.name)
         out, source_size = kernel.run(
@@ -317,3 +454,42 @@ class Executor:
         if buffer is None:
             job.values[kernel.name][row] = out
         job.sizes[kernel.name][row] = source_size
+
+    def _process_arrow(self, job: BatchJob, row: int) -> None:
+        """Run the media slots of one Arrow row; passthrough columns were taken whole."""
+        index = job.positions[row]
+        for number, kernel in enumerate(self._kernels):
+            if kernel.passthrough:
+                continue
+            try:
+                value = job.readers[kernel.name](row)
+                if value is None and kernel.optional:
+                    job.inactive.setdefault(kernel.name, set()).add(row)
+                    if kernel.name in job.values:
+                        job.values[kernel.name][row] = None
+                    continue
+                self._decode(job, row, index, number, kernel, value)
+            except DataioError as exc:
+                job.errors[row] = exc.with_row(index=index, key=job.key_at(row), slot=kernel.name)
+                return
+            except Exception as exc:  # a kernel library failed in a way it does not document
+                error = _undocumented(exc)
+                job.errors[row] = error.with_row(index=index, key=job.key_at(row), slot=kernel.name)
+                return
+
+
+def _undocumented(exc: Exception) -> DecodeError:
+    error = DecodeError(f"{type(exc).__name__}: {exc}")
+    error.__cause__ = exc
+    return error
+
+
+def _absent(row: int) -> None:
+    """The reader of an optional field the schema does not have: every row is ``None``."""
+    return None
+
+
+def _nulls(n: int) -> pa.Array:
+    import pyarrow as pa
+
+    return pa.nulls(n)

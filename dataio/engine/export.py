@@ -191,6 +191,8 @@ def to_torch(batch: Batch, device: Any = None) -> Batch:
 
 
 def _tensor(torch: Any, array: np.ndarray) -> Any:
+    if not array.flags.writeable:  # a read-only view of an Arrow column: torch wants to own
+        array = array.copy()  # writable memory, and such columns are small (labels, scores)
     if array.dtype.name == "bfloat16":  # ml_dtypes: torch reads the same bits
         return torch.from_numpy(array.view(np.uint16)).view(torch.bfloat16)
     return torch.from_numpy(array)
@@ -217,6 +219,10 @@ def to_arrow(batch: Batch) -> Any:
     for name, column in batch._columns.items():
         if batch.mixed_by and name in batch.row_values:
             continue  # per-record values mean nothing for blended rows
+        if isinstance(column, pa.Array):
+            arrays.append(column)  # a passthrough column of Arrow rows, as it came
+            names.append(name)
+            continue
         if hasattr(column, "__dlpack__") and not isinstance(column, np.ndarray):
             column = np.from_dlpack(column)  # a CPU torch tensor: same memory
         if isinstance(column, np.ndarray) and column.ndim == 1:
@@ -234,9 +240,14 @@ def to_arrow(batch: Batch) -> Any:
                 ) from exc
         names.append(name)
     if batch.mixed_by is None:
-        arrays.append(pa.array(batch.indices, pa.int64()))
+        arrays.append(pa.array(batch._indices, pa.int64()))
         names.append("__index__")
-        if any(k is not None for k in batch.row_keys):
+        keys = batch._keys
+        if isinstance(keys, pa.Array):
+            if keys.null_count < len(keys):
+                arrays.append(keys)
+                names.append("__key__")
+        elif any(k is not None for k in batch.row_keys):
             arrays.append(pa.array(batch.row_keys))
             names.append("__key__")
     return pa.RecordBatch.from_arrays(arrays, names=names)

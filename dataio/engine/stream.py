@@ -16,13 +16,20 @@ chunks of the rank's stream; the chunk holding the checkpoint is replayed from i
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from itertools import pairwise
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from dataio.exceptions import DataioError, FieldError, PlanError
 from dataio.pipeline import BatchStage, CollateStage, ShapeStage
+from dataio.sources.adapters import SequenceSource
 from dataio.sources.base import IndexedSource, Source
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["Chunk", "ShardSpec", "plan_chunks"]
 
@@ -91,56 +98,273 @@ class ShardSpec:
         return {"id": self.id, "of": self.of, "pad": self.pad}
 
 
-@dataclass
 class Chunk:
-    """The records of one batch, their stream positions and the rank-local offset."""
+    """The rows of one batch, their stream positions and the rank-local offset.
 
-    start: int
-    positions: list[int]
-    records: list[Any]
+    A chunk holds its rows either as an Arrow record batch (``batch``: sources whose
+    ``arrow_schema()`` is not ``None``) or as Python records (``records``). ``positions``
+    is a ``range`` when the rows are consecutive, else a list.
+    """
+
+    __slots__ = ("batch", "positions", "records", "start")
+
+    def __init__(
+        self,
+        start: int,
+        positions: Sequence[int],
+        records: list[Any] | None = None,
+        batch: pa.RecordBatch | None = None,
+    ) -> None:
+        self.start = start
+        self.positions = positions
+        self.records = records
+        self.batch = batch
+
+    def __len__(self) -> int:
+        return len(self.positions)
 
     @property
     def end(self) -> int:
         """Rank-local sample count once this chunk is delivered."""
-        return self.start + len(self.records)
+        return self.start + len(self.positions)
 
 
-Unit = tuple[list[int], list[Any]]
+#: a unit's stream positions and its rows (a list of records or a record batch)
+Unit = tuple[Sequence[int], Any]
 
 
 def plan_chunks(
     source: Source, shape: ShapeStage, shard: ShardSpec, skip: int = 0
 ) -> Iterator[Chunk]:
-    """The chunks of one pass for this rank, starting at the chunk holding sample ``skip``."""
-    if isinstance(shape, BatchStage) and isinstance(source, IndexedSource):
-        return _indexed_batches(source, shape, shard, skip)
-    units = _units(source, shape)
-    mine = _shard_units(units, shard)
+    """The chunks of one pass for this rank, starting at the chunk holding sample ``skip``.
+
+    Sources with an Arrow schema give chunks of record batches; others, chunks of
+    Python records. ``batch(N)`` over a source addressable by position
+    (:meth:`~dataio.sources.Source.by_position`) reads each chunk's rows in bulk, with
+    the positions :meth:`~dataio.sources.IndexedSource.shard_positions` chooses for
+    this rank when the source chooses them.
+    """
+    arrow = source.arrow_schema() is not None
     if isinstance(shape, BatchStage):
-        chunks = _rebatch(mine, shape.size, shape.drop_last)
+        indexed = source.by_position()
+        if indexed is not None:
+            return _indexed_batches(indexed, shape, shard, skip)
+    if arrow and not isinstance(shape, CollateStage):
+        pieces = _arrow_pieces(source.iterate_batches())
+        if isinstance(shape, BatchStage):
+            mine = _shard_rows(pieces, shard)
+            return _skip(_arrow_rebatch(mine, shape.size, shape.drop_last), skip)
+        units = _shard_units(_arrow_groups(pieces, shape.key), shard)
+        return _skip(_unit_chunks(units, arrow=True), skip)
+    units = _units(source, shape)
+    mine_units = _shard_units(units, shard)
+    if isinstance(shape, BatchStage):
+        chunks = _rebatch(mine_units, shape.size, shape.drop_last)
     else:
-        chunks = _unit_chunks(mine)
+        chunks = _unit_chunks(mine_units)
     return _skip(chunks, skip)
+
+
+def _rank_positions(source: IndexedSource, shard: ShardSpec) -> Sequence[int]:
+    """This rank's positions: the source's choice, else round robin (padded as asked)."""
+    rank, world = shard.id, shard.of
+    total = source.length()
+    if world > 1:
+        chosen = source.shard_positions(rank, world, pad=shard.pad)
+        if chosen is not None:
+            return chosen
+    rounds, rest = divmod(total, world)
+    positions: Sequence[int] = range(rank, rounds * world, world)
+    if rest and shard.pad:
+        extra = rank + rounds * world if rank < rest else (rank if rounds else rank % total)
+        positions = [*positions, extra]
+    return positions
 
 
 def _indexed_batches(
     source: IndexedSource, shape: BatchStage, shard: ShardSpec, skip: int
 ) -> Iterator[Chunk]:
-    total = source.length()
-    rank, world = shard.id, shard.of
-    rounds, rest = divmod(total, world)
-    positions: list[int] | range = range(rank, rounds * world, world)
-    if rest and shard.pad:
-        extra = rank + rounds * world if rank < rest else (rank if rounds else rank % total)
-        positions = [*positions, extra]
+    arrow = source.arrow_schema() is not None
+    positions = _rank_positions(source, shard)
     size = shape.size
     count = len(positions)
     if shape.drop_last:
         count -= count % size
     first = (skip // size) * size if skip < count else count
     for start in range(first, count, size):
-        wanted = list(positions[start : min(start + size, count)])
-        yield Chunk(start, wanted, source.get_many(wanted))
+        wanted = positions[start : min(start + size, count)]
+        if arrow:
+            yield Chunk(start, wanted, batch=source.take_batch(wanted))
+        else:
+            if not isinstance(source, SequenceSource):  # other sources get lists, as before
+                wanted = list(wanted)
+            yield Chunk(start, wanted, source.get_many(wanted))
+
+
+# -- Arrow streams -----------------------------------------------------------------------
+
+#: consecutive rows of a stream: their positions and a record batch holding them
+Piece = tuple[Sequence[int], "pa.RecordBatch"]
+
+
+def _arrow_pieces(batches: Iterable[pa.RecordBatch]) -> Iterator[Piece]:
+    offset = 0
+    for batch in batches:
+        n = batch.num_rows
+        if n:
+            yield range(offset, offset + n), batch
+            offset += n
+
+
+def _shard_rows(pieces: Iterator[Piece], shard: ShardSpec) -> Iterator[Piece]:
+    """Rows ``position % world == rank``, released by complete rounds (see module doc)."""
+    rank, world = shard.id, shard.of
+    if world == 1:
+        yield from pieces
+        return
+    import pyarrow as pa
+
+    pending: Piece | None = None  # my row of a round not yet complete
+    first: Piece | None = None
+    early: list[pa.RecordBatch] = []  # the first `world` rows: padding for a rank with none
+    total = 0
+    for positions, batch in pieces:
+        offset, n = positions[0], len(positions)
+        end = offset + n
+        if offset < world:
+            early.append(batch.slice(0, world - offset))
+        complete = (end // world) * world  # rows below this belong to complete rounds
+        if pending is not None and pending[0][0] < complete:
+            yield pending
+            pending = None
+        mine = range(offset + (rank - offset) % world, end, world)
+        if mine:
+            if first is None:
+                first = (mine[:1], batch.slice(mine[0] - offset, 1))
+            ready = range(mine.start, min(end, complete), world)
+            if ready:
+                rows = np.arange(ready.start - offset, ready.stop - offset, world)
+                yield ready, batch.take(pa.array(rows))
+            if len(ready) < len(mine):
+                last = mine[-1]
+                pending = (range(last, last + 1), batch.slice(last - offset, 1))
+        total = end
+    if total % world and shard.pad:
+        if pending is not None:
+            yield pending
+        elif first is not None:
+            yield first
+        else:
+            row = rank % total
+            yield range(row, row + 1), _concat(early).slice(row, 1)
+
+
+def _arrow_rebatch(pieces: Iterator[Piece], size: int, drop_last: bool) -> Iterator[Chunk]:
+    start = 0
+    held: list[Piece] = []
+    have = 0
+    for positions, batch in pieces:
+        n = len(positions)
+        at = 0
+        while at < n:
+            take = min(size - have, n - at)
+            if at == 0 and take == n:
+                held.append((positions, batch))
+            else:
+                held.append((positions[at : at + take], batch.slice(at, take)))
+            have += take
+            at += take
+            if have == size:
+                yield _joined(start, held)
+                start += size
+                held, have = [], 0
+    if held and not drop_last:
+        yield _joined(start, held)
+
+
+def _joined(start: int, pieces: list[Piece]) -> Chunk:
+    if len(pieces) == 1:
+        positions, batch = pieces[0]
+        return Chunk(start, positions, batch=batch)
+    return Chunk(
+        start, _join_positions([p for p, _ in pieces]), batch=_concat([b for _, b in pieces])
+    )
+
+
+def _join_positions(parts: list[Sequence[int]]) -> Sequence[int]:
+    if all(isinstance(p, range) and p.step == 1 for p in parts):
+        ranges: list[range] = parts  # type: ignore[assignment]
+        if all(a.stop == b.start for a, b in pairwise(ranges)):
+            return range(ranges[0].start, ranges[-1].stop)
+    return [position for part in parts for position in part]
+
+
+def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    import pyarrow as pa
+
+    return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
+
+
+def _arrow_groups(pieces: Iterator[Piece], key: str) -> Iterator[Unit]:
+    """Runs of equal ``key`` values, found with vectorized comparisons per batch."""
+    held: list[Piece] = []  # the run still open at the end of the last batch
+    last: Any = None
+    for positions, batch in pieces:
+        index = batch.schema.get_field_index(key)
+        if index < 0:
+            raise FieldError(
+                f"group_by({key!r}): record {positions[0]} has no field {key!r}; "
+                "every record needs the grouping key (from_sampler adds 'batch_id')"
+            )
+        column = batch.column(index)
+        starts = _run_starts(column)
+        if held and not _same(last, column[0]):
+            yield _merged(held)
+            held = []
+        bounds = [0, *starts.tolist(), len(column)]
+        for lo, hi in pairwise(bounds):
+            if held and lo > 0:
+                yield _merged(held)
+                held = []
+            held.append((positions[lo:hi], batch.slice(lo, hi - lo)))
+        last = column[len(column) - 1]
+    if held:
+        yield _merged(held)
+
+
+def _run_starts(column: pa.Array) -> np.ndarray:
+    """Row numbers (after the first) where the value differs from the row before."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = len(column)
+    if n < 2:
+        return np.zeros(0, np.int64)
+    head, tail = column.slice(0, n - 1), column.slice(1)
+    try:
+        differs = pc.not_equal(tail, head)
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # nested keys: compare values
+        values = column.to_pylist()
+        return np.array([i for i in range(1, n) if values[i] != values[i - 1]], dtype=np.int64)
+    if column.null_count:
+        one_null = pc.xor(head.is_null(), tail.is_null())
+        differs = pc.or_kleene(pc.fill_null(differs, False), one_null)
+    mask = differs.to_numpy(zero_copy_only=False)
+    return np.flatnonzero(mask) + 1
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two key scalars are equal (nulls equal nulls, as ``None == None``)."""
+    if not a.is_valid or not b.is_valid:
+        return not a.is_valid and not b.is_valid
+    return bool(a.as_py() == b.as_py())
+
+
+def _merged(pieces: list[Piece]) -> Unit:
+    return _join_positions([p for p, _ in pieces]), _concat([b for _, b in pieces])
+
+
+# -- Python records ----------------------------------------------------------------------
 
 
 def _units(source: Source, shape: ShapeStage) -> Iterator[Unit]:
@@ -226,11 +450,14 @@ def _rebatch(units: Iterator[Unit], size: int, drop_last: bool) -> Iterator[Chun
         yield Chunk(start, positions, rows)
 
 
-def _unit_chunks(units: Iterator[Unit]) -> Iterator[Chunk]:
+def _unit_chunks(units: Iterator[Unit], *, arrow: bool = False) -> Iterator[Chunk]:
     start = 0
     for positions, rows in units:
-        yield Chunk(start, positions, rows)
-        start += len(rows)
+        if arrow:
+            yield Chunk(start, positions, batch=rows)
+        else:
+            yield Chunk(start, positions, rows)
+        start += len(positions)
 
 
 def _skip(chunks: Iterator[Chunk], skip: int) -> Iterator[Chunk]:

@@ -41,7 +41,10 @@ class SequenceSource(IndexedSource):
     def get_many(self, indices: Sequence[int]) -> list[Any]:
         """Read rows through ``__getitems__`` when the object has one, else one by one."""
         if self._bulk is None:
-            return [self.rows[i] for i in indices]
+            rows = self.rows
+            if type(indices) is range and indices.step == 1 and type(rows) in (list, tuple):
+                return list(rows[indices.start : indices.stop])  # a loader's batch: one slice
+            return [rows[i] for i in indices]
         wanted = list(indices)
         result = self._bulk(wanted)
         if not isinstance(result, list | tuple) or len(result) != len(wanted):

@@ -1,0 +1,124 @@
+"""Arrow columns in the executor: values read zero-copy, passthrough columns as outputs.
+
+* :func:`value_reader` gives a media slot each row's value without a Python row: a
+  ``memoryview`` over the value's bytes inside a ``binary``, ``large_binary`` or
+  ``binary_view`` column's buffers (no copy), a ``str`` path from a string column,
+  ``None`` for a null.
+* :func:`arrow_column` is the passthrough rule for Arrow rows: integer and floating
+  columns without nulls become NumPy arrays of their type (a zero-copy, read-only view of
+  the Arrow buffer), booleans without nulls a ``bool`` array; every other column
+  (strings, binary, nested, temporal, anything with nulls) stays a ``pyarrow.Array``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["arrow_column", "value_reader"]
+
+#: a row number -> that row's value (``memoryview``, ``str`` or ``None``)
+Reader = Callable[[int], Any]
+
+
+def arrow_column(array: pa.Array) -> Any:
+    """A passthrough column of Arrow rows as the batch delivers it (see module doc)."""
+    import pyarrow as pa
+
+    kind = array.type
+    if array.null_count == 0:
+        if pa.types.is_integer(kind) or pa.types.is_floating(kind):
+            return array.to_numpy(zero_copy_only=True)
+        if pa.types.is_boolean(kind):
+            return array.to_numpy(zero_copy_only=False)
+    return array
+
+
+def value_reader(array: pa.Array) -> Reader:
+    """A function reading row ``i`` of ``array`` as a media kernel's input, zero-copy."""
+    import pyarrow as pa
+
+    kind = array.type
+    if isinstance(array, pa.ChunkedArray):  # pragma: no cover - batches hold plain arrays
+        array = array.combine_chunks()
+    valid = None
+    if array.null_count:
+        valid = array.is_valid().to_numpy(zero_copy_only=False)
+    if pa.types.is_dictionary(kind):
+        return value_reader(array.dictionary_decode())
+    if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+        return _offsets_reader(
+            array, valid, np.int64 if pa.types.is_large_binary(kind) else np.int32, text=False
+        )
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return _offsets_reader(
+            array, valid, np.int64 if pa.types.is_large_string(kind) else np.int32, text=True
+        )
+    if pa.types.is_binary_view(kind) or pa.types.is_string_view(kind):
+        return _view_reader(array, valid, text=pa.types.is_string_view(kind))
+    if pa.types.is_fixed_size_binary(kind):
+        return _fixed_reader(array, valid)
+
+    def python_value(row: int) -> Any:  # anything else: the kernel names the type it got
+        scalar = array[row]
+        return scalar.as_py() if scalar.is_valid else None
+
+    return python_value
+
+
+def _offsets_reader(array: pa.Array, valid: Any, dtype: Any, *, text: bool) -> Reader:
+    _, offsets_buffer, data_buffer = array.buffers()
+    n, first = len(array), array.offset
+    offsets = np.frombuffer(offsets_buffer, dtype=dtype)[first : first + n + 1] if n else None
+    data = memoryview(data_buffer) if data_buffer is not None else memoryview(b"")
+
+    def read(row: int) -> Any:
+        if valid is not None and not valid[row]:
+            return None
+        assert offsets is not None
+        value = data[int(offsets[row]) : int(offsets[row + 1])]
+        return str(value, "utf-8") if text else value
+
+    return read
+
+
+def _view_reader(array: pa.Array, valid: Any, *, text: bool) -> Reader:
+    buffers = array.buffers()
+    first = array.offset
+    views = memoryview(buffers[1]) if buffers[1] is not None else memoryview(b"")
+    fields = np.frombuffer(buffers[1], dtype=np.int32).reshape(-1, 4) if len(array) else None
+    data = [memoryview(b) if b is not None else memoryview(b"") for b in buffers[2:]]
+
+    def read(row: int) -> Any:
+        if valid is not None and not valid[row]:
+            return None
+        assert fields is not None
+        at = first + row
+        length = int(fields[at, 0])
+        if length <= 12:  # short values live inside the 16-byte view itself
+            value = views[at * 16 + 4 : at * 16 + 4 + length]
+        else:
+            buffer, offset = int(fields[at, 2]), int(fields[at, 3])
+            value = data[buffer][offset : offset + length]
+        return str(value, "utf-8") if text else value
+
+    return read
+
+
+def _fixed_reader(array: pa.Array, valid: Any) -> Reader:
+    width = array.type.byte_width
+    data = memoryview(array.buffers()[1])
+    first = array.offset
+
+    def read(row: int) -> Any:
+        if valid is not None and not valid[row]:
+            return None
+        at = (first + row) * width
+        return data[at : at + width]
+
+    return read
