@@ -121,7 +121,7 @@ class Batch(Mapping[str, Any]):
     def __getitem__(self, slot: str) -> Any:
         if slot not in self._columns:
             raise FieldError(f"slot {slot!r} is not in this batch; slots: {self.slots}")
-        if slot in self.row_values:
+        if self.mixed_by is not None and slot in self.row_values:
             self._unmixed(f"batch[{slot!r}] (one Python value per record)")
         return self._columns[slot]
 

@@ -189,9 +189,19 @@ def assemble(
         raise min(job.fatal, key=lambda item: item[0])[1]
     kernels = job.kernels
     by_row = job.errors
+    row_values = job.row_values
+    if job.batch is not None and not job.readers and not by_row:
+        # passthrough columns of Arrow rows: the common case, kept short
+        columns = job.columns
+        return Batch(
+            {k.name: arrow_column(columns[k.name]) for k in kernels},
+            keys=job.keys,
+            indices=job.positions,
+            sizes=job.sizes,  # type: ignore[arg-type]
+            row_values=row_values,
+        )
     if job.values:
         _mark_odd_shapes(job, by_row, unstacked)
-    row_values = frozenset(k.name for k in kernels if k.passthrough or k.objects)
     if not by_row:
         return Batch(
             {k.name: _column(job, k, None, unstacked) for k in kernels},

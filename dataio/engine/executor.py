@@ -24,7 +24,6 @@ import os
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -42,6 +41,9 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = ["BatchJob", "Executor", "record_rng"]
+
+#: per schema: (slot, column index) of passthrough and media slots, the key column index
+ArrowLayout = tuple[list[tuple[str, int]], list[tuple[str, int]], int]
 
 
 def record_rng(seed: int, epoch: int, index: int, slot_number: int) -> np.random.Generator:
@@ -81,6 +83,7 @@ class BatchJob:
         "readers",
         "records",
         "remaining",
+        "row_values",
         "size",
         "sizes",
         "values",
@@ -115,10 +118,13 @@ class BatchJob:
         self.errors: dict[int, DataioError] = {}
         self.fatal: list[tuple[int, BaseException]] = []
         self.inactive: dict[str, set[int]] = {}
+        #: slots holding one Python value per record (passthrough and object slots)
+        self.row_values: frozenset[str] = frozenset()
 
-    def allocate(self, pool: BufferPool | None, *, whole: bool) -> None:
+    def allocate(self, pool: BufferPool | None) -> None:
         """Make the output buffers (and per-row lists) of the slots run row by row."""
         n = self.size
+        whole = self.batch is not None  # Arrow rows: passthrough columns are taken whole
         for kernel in self.kernels:
             if kernel.passthrough:
                 if not whole:
@@ -204,7 +210,9 @@ class Executor:
         # Arrow rows stay columns unless a record map or an active_when condition needs
         # Python records
         self._python_only = bool(self._maps) or any(k.active is not None for k in kernels)
-        self._getters = {k.field: itemgetter(k.field) for k in kernels}
+        self._row_values = frozenset(k.name for k in kernels if k.passthrough or k.objects)
+        self._schema: pa.Schema | None = None  # the schema self._layout was made for
+        self._layout: ArrowLayout | None = None
         self._queue: deque[tuple[BatchJob, range]] = deque()
         self._running: set[concurrent.futures.Future[None]] = set()
         self._lock = threading.Lock()
@@ -240,7 +248,10 @@ class Executor:
             self._exhausted = True
             return None
         job = self._job(chunk)
-        self._run_rows(job, range(job.size))
+        if job.batch is None:
+            self._run_rows(job, range(job.size))
+        else:  # passthrough columns of Arrow rows: taken whole already
+            job.remaining, job.done = 0, True
         self._next_chunk = next(self._chunks, None)
         if self._next_chunk is None:
             self._exhausted = True
@@ -253,38 +264,52 @@ class Executor:
 
     def _job(self, chunk: Chunk) -> BatchJob:
         job = BatchJob(chunk.positions, chunk.records, self._kernels, chunk.end, batch=chunk.batch)
+        job.row_values = self._row_values
         if job.batch is not None and not self._arrow_rows(job, job.batch):
             # the object side column: this chunk's rows as Python records
             job.records, job.batch = job.batch.to_pylist(), None
-        job.allocate(self._pool, whole=self._whole_jobs and job.batch is not None)
+        if not self._whole_jobs or job.batch is None:
+            job.allocate(self._pool)
         return job
 
     def _arrow_rows(self, job: BatchJob, batch: pa.RecordBatch) -> bool:
         """Take passthrough columns whole and prepare media readers; False when the
         chunk needs Python records instead (nothing changed then)."""
-        if self._python_only:
-            return False
         schema = batch.schema
-        found: dict[str, int] = {}
+        if schema is not self._schema and not (
+            self._schema is not None and schema.equals(self._schema)
+        ):
+            self._layout = self._arrow_layout(schema)
+        self._schema = schema
+        layout = self._layout
+        if layout is None:
+            return False
+        passthrough, media, key = layout
+        column = batch.column
+        for name, index in passthrough:
+            job.columns[name] = column(index) if index >= 0 else _nulls(batch.num_rows)
+        for name, index in media:
+            job.readers[name] = value_reader(column(index)) if index >= 0 else _absent
+        job.keys = column(key) if key >= 0 else None
+        return True
+
+    def _arrow_layout(self, schema: pa.Schema) -> ArrowLayout | None:
+        """Where each slot's column is in ``schema``; ``None`` when rows must be Python:
+        record maps, ``active_when`` conditions, or a required field that is absent (the
+        Python path then names the field in each row's error)."""
+        if self._python_only:
+            return None
+        passthrough: list[tuple[str, int]] = []
+        media: list[tuple[str, int]] = []
         for kernel in self._kernels:
             index = schema.get_field_index(kernel.field)
             if index < 0 and not kernel.optional:
-                return False  # every row fails: the Python path names each one
-            found[kernel.name] = index
-        n = batch.num_rows
-        for kernel in self._kernels:
-            index = found[kernel.name]
-            if kernel.passthrough:
-                job.columns[kernel.name] = batch.column(index) if index >= 0 else _nulls(n)
-            else:
-                job.readers[kernel.name] = (
-                    value_reader(batch.column(index)) if index >= 0 else _absent
-                )
-        index = schema.get_field_index("key")
-        if index < 0:
-            index = schema.get_field_index("__key__")
-        job.keys = batch.column(index) if index >= 0 else None
-        return True
+                return None
+            (passthrough if kernel.passthrough else media).append((kernel.name, index))
+        key = schema.get_field_index("key")
+        if key < 0:
+            key = schema.get_field_index("__key__")
+        return passthrough, media, key
 
     def _fill(self) -> None:
         while not self._exhausted and len(self._jobs) < self._prefetch:
@@ -374,7 +399,7 @@ class Executor:
         if self._maps or set(map(type, records)) != {dict}:
             return False
         try:
-            columns = {k.name: list(map(self._getters[k.field], records)) for k in self._kernels}
+            columns = {k.name: [record[k.field] for record in records] for k in self._kernels}
         except KeyError:
             return False
         for kernel in self._kernels:

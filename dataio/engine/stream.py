@@ -147,7 +147,7 @@ def plan_chunks(
     arrow = source.arrow_schema() is not None
     if isinstance(shape, BatchStage):
         indexed = source.by_position()
-        if indexed is not None:
+        if indexed is not None and not (arrow and shard.of == 1 and skip == 0 and _streams(source)):
             return _indexed_batches(indexed, shape, shard, skip)
     if arrow and not isinstance(shape, CollateStage):
         pieces = _arrow_pieces(source.iterate_batches())
@@ -163,6 +163,15 @@ def plan_chunks(
     else:
         chunks = _unit_chunks(mine_units)
     return _skip(chunks, skip)
+
+
+def _streams(source: Source) -> bool:
+    """Whether ``source`` reads a pass as record batches itself.
+
+    A whole, unsharded pass from the start reads the same rows in the same order as by
+    position, and a stream of record batches sliced to ``batch(N)`` is the cheapest way.
+    """
+    return type(source).iterate_batches is not Source.iterate_batches
 
 
 def _rank_positions(source: IndexedSource, shard: ShardSpec) -> Sequence[int]:
@@ -194,7 +203,13 @@ def _indexed_batches(
     for start in range(first, count, size):
         wanted = positions[start : min(start + size, count)]
         if arrow:
-            yield Chunk(start, wanted, batch=source.take_batch(wanted))
+            # NumPy positions: Arrow sources index with arrays, and a range converts slowly
+            at = (
+                np.arange(wanted.start, wanted.stop)
+                if isinstance(wanted, range) and wanted.step == 1
+                else wanted
+            )
+            yield Chunk(start, wanted, batch=source.take_batch(at))
         else:
             if not isinstance(source, SequenceSource):  # other sources get lists, as before
                 wanted = list(wanted)
