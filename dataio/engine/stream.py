@@ -204,11 +204,9 @@ def _indexed_batches(
         wanted = positions[start : min(start + size, count)]
         if arrow:
             # NumPy positions: Arrow sources index with arrays, and a range converts slowly
-            at = (
-                np.arange(wanted.start, wanted.stop)
-                if isinstance(wanted, range) and wanted.step == 1
-                else wanted
-            )
+            at: Any = wanted
+            if isinstance(wanted, range) and wanted.step == 1:
+                at = np.arange(wanted.start, wanted.stop)
             yield Chunk(start, wanted, batch=source.take_batch(at))
         else:
             if not isinstance(source, SequenceSource):  # other sources get lists, as before
