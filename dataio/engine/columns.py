@@ -75,7 +75,7 @@ def _offsets_reader(array: pa.Array, valid: Any, dtype: Any, *, text: bool) -> R
     _, offsets_buffer, data_buffer = array.buffers()
     n, first = len(array), array.offset
     offsets = np.frombuffer(offsets_buffer, dtype=dtype)[first : first + n + 1] if n else None
-    data = memoryview(data_buffer) if data_buffer is not None else memoryview(b"")
+    data = _bytes_view(data_buffer)
 
     def read(row: int) -> Any:
         if valid is not None and not valid[row]:
@@ -90,9 +90,9 @@ def _offsets_reader(array: pa.Array, valid: Any, dtype: Any, *, text: bool) -> R
 def _view_reader(array: pa.Array, valid: Any, *, text: bool) -> Reader:
     buffers = array.buffers()
     first = array.offset
-    views = memoryview(buffers[1]) if buffers[1] is not None else memoryview(b"")
+    views = _bytes_view(buffers[1])
     fields = np.frombuffer(buffers[1], dtype=np.int32).reshape(-1, 4) if len(array) else None
-    data = [memoryview(b) if b is not None else memoryview(b"") for b in buffers[2:]]
+    data = [_bytes_view(b) for b in buffers[2:]]
 
     def read(row: int) -> Any:
         if valid is not None and not valid[row]:
@@ -112,7 +112,7 @@ def _view_reader(array: pa.Array, valid: Any, *, text: bool) -> Reader:
 
 def _fixed_reader(array: pa.Array, valid: Any) -> Reader:
     width = array.type.byte_width
-    data = memoryview(array.buffers()[1])
+    data = _bytes_view(array.buffers()[1])
     first = array.offset
 
     def read(row: int) -> Any:
@@ -122,3 +122,10 @@ def _fixed_reader(array: pa.Array, valid: Any) -> Reader:
         return data[at : at + width]
 
     return read
+
+
+def _bytes_view(buffer: pa.Buffer | None) -> memoryview:
+    """Unsigned bytes over an Arrow buffer (its own memoryview holds signed chars)."""
+    if buffer is None:
+        return memoryview(b"")
+    return memoryview(buffer).cast("B")

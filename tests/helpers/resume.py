@@ -18,7 +18,12 @@ def snapshot(batch: dataio.Batch) -> tuple:
     """A batch as plain, comparable values."""
     columns = []
     for name, column in batch.items():
-        value = column.tobytes() if isinstance(column, np.ndarray) else repr(column)
+        if isinstance(column, np.ndarray):
+            value = column.tobytes()
+        elif hasattr(column, "to_pylist"):  # an Arrow column (its repr names its address)
+            value = repr(column.to_pylist())
+        else:
+            value = repr(column)
         columns.append((name, value))
     return (tuple(batch.indices), tuple(columns))
 
