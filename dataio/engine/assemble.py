@@ -18,6 +18,12 @@ from dataio.ops import Op
 
 __all__ = ["FailurePolicy", "assemble"]
 
+_fast: Any
+try:  # the C helper for passthrough columns (optional build); Python types them without it
+    from dataio.engine import _columns as _fast
+except ImportError:  # pragma: no cover - built with the package
+    _fast = None
+
 row_logger = logging.getLogger("dataio.rows")
 
 
@@ -72,6 +78,11 @@ def _numeric(values: list[Any]) -> Any:
     """
     if not values:
         return values
+    if _fast is not None and type(values) is list:
+        packed = _fast.numeric(values)
+        if packed is not None:
+            code, data = packed
+            return np.frombuffer(data, np.dtype(code))  # writable: a bytearray's memory
     kinds = set(map(type, values))
     if len(kinds) == 1:
         kind = next(iter(kinds))
@@ -88,7 +99,10 @@ def _numeric(values: list[Any]) -> Any:
             return np.array(values)
         return values
     if kinds <= {int, float}:
-        return np.array(values, dtype=np.float64)
+        try:
+            return np.array(values, dtype=np.float64)
+        except OverflowError:  # an int beyond float64's range
+            return values
     return values
 
 

@@ -40,6 +40,12 @@ from dataio.pipeline import Map
 if TYPE_CHECKING:
     import pyarrow as pa
 
+_fast: Any
+try:  # the C helper for dict records (optional build); Python does the same without it
+    from dataio.engine import _columns as _fast
+except ImportError:  # pragma: no cover - built with the package
+    _fast = None
+
 __all__ = ["BatchJob", "Executor", "record_rng"]
 
 #: per schema: (slot, column index) of passthrough and media slots, the key column index
@@ -210,6 +216,8 @@ class Executor:
         # Arrow rows stay columns unless a record map or an active_when condition needs
         # Python records
         self._python_only = bool(self._maps) or any(k.active is not None for k in kernels)
+        self._fields = tuple(k.field for k in kernels)
+        self._names = tuple(k.name for k in kernels)
         self._row_values = frozenset(k.name for k in kernels if k.passthrough or k.objects)
         self._schema: pa.Schema | None = None  # the schema self._layout was made for
         self._layout: ArrowLayout | None = None
@@ -395,13 +403,21 @@ class Executor:
         """
         records = job.records
         assert records is not None
-        # only plain dicts: other mappings may compute a field (and fail) on access
-        if self._maps or set(map(type, records)) != {dict}:
+        if self._maps:
             return False
-        try:
-            columns = {k.name: [record[k.field] for record in records] for k in self._kernels}
-        except KeyError:
-            return False
+        if _fast is not None and type(records) is list:
+            found = _fast.columns(records, self._fields)
+            if found is None:
+                return False
+            columns = dict(zip(self._names, found, strict=True))
+        else:
+            # only plain dicts: other mappings may compute a field (and fail) on access
+            if set(map(type, records)) != {dict}:
+                return False
+            try:
+                columns = {k.name: [record[k.field] for record in records] for k in self._kernels}
+            except KeyError:
+                return False
         for kernel in self._kernels:
             if kernel.optional and None in columns[kernel.name]:
                 return False  # None rows are inactive rows: the per-row path marks them
