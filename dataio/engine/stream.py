@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import pairwise
+from itertools import islice, pairwise
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -156,6 +156,8 @@ def plan_chunks(
             return _skip(_arrow_rebatch(mine, shape.size, shape.drop_last), skip)
         units = _shard_units(_arrow_groups(pieces, shape.key), shard)
         return _skip(_unit_chunks(units, arrow=True), skip)
+    if isinstance(shape, BatchStage) and shard.of == 1:
+        return _skip(_record_batches(source.iterate(), shape.size, shape.drop_last), skip)
     units = _units(source, shape)
     mine_units = _shard_units(units, shard)
     if isinstance(shape, BatchStage):
@@ -446,6 +448,19 @@ def _shard_units(units: Iterator[Unit], shard: ShardSpec) -> Iterator[Unit]:
             pending = None
     if total % world and shard.pad:
         yield pending or first or early[rank % total]
+
+
+def _record_batches(records: Iterator[Any], size: int, drop_last: bool) -> Iterator[Chunk]:
+    """``batch(N)`` over an unsharded stream: ``N`` records at a time."""
+    start = 0
+    while True:
+        rows = list(islice(records, size))
+        if not rows or (drop_last and len(rows) < size):
+            return
+        yield Chunk(start, range(start, start + len(rows)), rows)
+        start += len(rows)
+        if len(rows) < size:
+            return
 
 
 def _rebatch(units: Iterator[Unit], size: int, drop_last: bool) -> Iterator[Chunk]:
