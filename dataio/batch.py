@@ -90,8 +90,8 @@ class Batch(Mapping[str, Any]):
                 keys = [None] * len(self._indices)
             elif callable(keys):
                 keys = keys()
-            else:  # an Arrow column
-                keys = keys.to_pylist()
+            else:  # an Arrow or NumPy column
+                keys = keys.tolist() if hasattr(keys, "tolist") else keys.to_pylist()
             self._keys = keys
         return keys
 

@@ -153,9 +153,9 @@ def _column(
     name = kernel.name
     whole = job.columns.get(name)
     if whole is not None:
-        if job.batch is not None:  # an Arrow column
+        if job.batch is not None:  # an Arrow column (numeric ones may be NumPy already)
             if rows is not None:
-                whole = whole.take(rows)
+                whole = whole[rows] if isinstance(whole, np.ndarray) else whole.take(rows)
             return arrow_column(whole)
         picked = whole if rows is None else [whole[row] for row in rows]
         return picked if name in unstacked else _numeric(picked)

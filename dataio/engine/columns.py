@@ -26,10 +26,12 @@ __all__ = ["arrow_column", "value_reader"]
 Reader = Callable[[int], Any]
 
 
-def arrow_column(array: pa.Array) -> Any:
+def arrow_column(array: pa.Array | np.ndarray) -> Any:
     """A passthrough column of Arrow rows as the batch delivers it (see module doc)."""
     import pyarrow as pa
 
+    if isinstance(array, np.ndarray):  # already taken as NumPy from a parent batch
+        return array
     kind = array.type
     if array.null_count == 0:
         if pa.types.is_integer(kind) or pa.types.is_floating(kind):

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dataio.engine.buffers import BufferPool
-from dataio.engine.columns import value_reader
+from dataio.engine.columns import arrow_column, value_reader
 from dataio.engine.lower import SlotKernel
 from dataio.engine.pool import cpu_pool
 from dataio.engine.stream import Chunk
@@ -157,6 +157,8 @@ class BatchJob:
             return keys[row]
         if callable(keys):
             return keys()[row]
+        if isinstance(keys, np.ndarray):
+            return keys[row].item()
         scalar = keys[row]
         return scalar.as_py() if scalar.is_valid else None
 
@@ -221,6 +223,8 @@ class Executor:
         self._row_values = frozenset(k.name for k in kernels if k.passthrough or k.objects)
         self._schema: pa.Schema | None = None  # the schema self._layout was made for
         self._layout: ArrowLayout | None = None
+        self._parent: pa.RecordBatch | None = None  # the source batch chunks are slices of
+        self._parent_cache: dict[int, Any] = {}
         self._queue: deque[tuple[BatchJob, range]] = deque()
         self._running: set[concurrent.futures.Future[None]] = set()
         self._lock = threading.Lock()
@@ -273,14 +277,14 @@ class Executor:
     def _job(self, chunk: Chunk) -> BatchJob:
         job = BatchJob(chunk.positions, chunk.records, self._kernels, chunk.end, batch=chunk.batch)
         job.row_values = self._row_values
-        if job.batch is not None and not self._arrow_rows(job, job.batch):
+        if job.batch is not None and not self._arrow_rows(job, job.batch, chunk):
             # the object side column: this chunk's rows as Python records
             job.records, job.batch = job.batch.to_pylist(), None
         if not self._whole_jobs or job.batch is None:
             job.allocate(self._pool)
         return job
 
-    def _arrow_rows(self, job: BatchJob, batch: pa.RecordBatch) -> bool:
+    def _arrow_rows(self, job: BatchJob, batch: pa.RecordBatch, chunk: Chunk) -> bool:
         """Take passthrough columns whole and prepare media readers; False when the
         chunk needs Python records instead (nothing changed then)."""
         schema = batch.schema
@@ -293,13 +297,32 @@ class Executor:
         if layout is None:
             return False
         passthrough, media, key = layout
-        column = batch.column
+        column: Callable[[int], Any] = batch.column
+        if chunk.parent is not None and not media:
+            column = self._parent_columns(chunk.parent, chunk.offset, batch.num_rows)
         for name, index in passthrough:
             job.columns[name] = column(index) if index >= 0 else _nulls(batch.num_rows)
         for name, index in media:
             job.readers[name] = value_reader(column(index)) if index >= 0 else _absent
-        job.keys = column(key) if key >= 0 else None
+        job.keys = column(key) if key >= 0 else None  # an Arrow or NumPy column
         return True
+
+    def _parent_columns(self, parent: pa.RecordBatch, offset: int, n: int) -> Callable[[int], Any]:
+        """Column ``i`` of a slice of ``parent``: a slice of a column taken from the parent
+        once (numeric ones as NumPy already, as :func:`arrow_column` would give them)."""
+        if parent is not self._parent:
+            self._parent, self._parent_cache = parent, {}
+        cache = self._parent_cache
+
+        def column(index: int) -> Any:
+            whole = cache.get(index)
+            if whole is None:
+                whole = cache[index] = arrow_column(parent.column(index))
+            if isinstance(whole, np.ndarray):
+                return whole[offset : offset + n]
+            return whole.slice(offset, n)
+
+        return column
 
     def _arrow_layout(self, schema: pa.Schema) -> ArrowLayout | None:
         """Where each slot's column is in ``schema``; ``None`` when rows must be Python:

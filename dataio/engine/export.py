@@ -243,6 +243,8 @@ def to_arrow(batch: Batch) -> Any:
         arrays.append(pa.array(batch._indices, pa.int64()))
         names.append("__index__")
         keys = batch._keys
+        if isinstance(keys, np.ndarray):
+            keys = pa.array(keys)
         if isinstance(keys, pa.Array):
             if keys.null_count < len(keys):
                 arrays.append(keys)

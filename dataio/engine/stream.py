@@ -103,10 +103,12 @@ class Chunk:
 
     A chunk holds its rows either as an Arrow record batch (``batch``: sources whose
     ``arrow_schema()`` is not ``None``) or as Python records (``records``). ``positions``
-    is a ``range`` when the rows are consecutive, else a list.
+    is a ``range`` when the rows are consecutive, else a list. A batch that is a slice of
+    a larger one read from the source names it (``parent``, ``offset``), so the executor
+    can slice columns it already took from the parent.
     """
 
-    __slots__ = ("batch", "positions", "records", "start")
+    __slots__ = ("batch", "offset", "parent", "positions", "records", "start")
 
     def __init__(
         self,
@@ -114,11 +116,16 @@ class Chunk:
         positions: Sequence[int],
         records: list[Any] | None = None,
         batch: pa.RecordBatch | None = None,
+        *,
+        parent: pa.RecordBatch | None = None,
+        offset: int = 0,
     ) -> None:
         self.start = start
         self.positions = positions
         self.records = records
         self.batch = batch
+        self.parent = parent
+        self.offset = offset
 
     def __len__(self) -> int:
         return len(self.positions)
@@ -283,6 +290,13 @@ def _arrow_rebatch(pieces: Iterator[Piece], size: int, drop_last: bool) -> Itera
         at = 0
         while at < n:
             take = min(size - have, n - at)
+            if take == size:  # a whole chunk inside one source batch: a plain slice
+                rows = batch if take == n else batch.slice(at, take)
+                wanted = positions if take == n else positions[at : at + take]
+                yield Chunk(start, wanted, batch=rows, parent=batch, offset=at)
+                start += size
+                at += take
+                continue
             if at == 0 and take == n:
                 held.append((positions, batch))
             else:

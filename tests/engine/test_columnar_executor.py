@@ -379,3 +379,22 @@ def test_python_records_keep_their_columns_and_keys() -> None:
     odd = [{"v": True}, {"v": 1}, {"v": 2**70}, {"v": None}]
     (mixed,) = passthrough("v", size=4).bind(odd).run()
     assert mixed["v"] == [True, 1, 2**70, None]
+
+
+def test_numeric_keys_from_slices_of_a_large_source_batch() -> None:
+    table = pa.table({"key": pa.array(range(100, 130), pa.int64()), "v": pa.array(range(30))})
+    pipe = passthrough("v", size=8)
+    got = list(pipe.bind(StreamSource(table, chunk=30)).run())
+    assert [b.row_keys for b in got] == [
+        list(range(100 + i, min(130, 108 + i))) for i in (0, 8, 16, 24)
+    ]
+    exported = list(pipe.bind(StreamSource(table, chunk=30)).run("arrow"))
+    assert exported[1].column("__key__").to_pylist() == list(range(108, 116))
+    assert exported[1].column("v").type == pa.int64()
+    images = [jpeg(16, 16, i) for i in range(12)]
+    images[9] = b"broken"
+    media = pa.table({"key": pa.array(range(12), pa.int64()), "image": images})
+    decode = dataio.pipeline(dataio.slot("image").decode_image().resize(h=4, w=4), dataio.batch(4))
+    batches = list(decode.bind(StreamSource(media, chunk=12)).run(on_failure="skip"))
+    assert [b.row_keys for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 10, 11]]
+    assert batches[2].errors[0].key == 9 and batches[2].errors[0].index == 9
