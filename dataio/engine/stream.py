@@ -503,6 +503,10 @@ def _unit_chunks(units: Iterator[Unit], *, arrow: bool = False) -> Iterator[Chun
 
 
 def _skip(chunks: Iterator[Chunk], skip: int) -> Iterator[Chunk]:
+    return chunks if skip == 0 else _skipped(chunks, skip)
+
+
+def _skipped(chunks: Iterator[Chunk], skip: int) -> Iterator[Chunk]:
     for chunk in chunks:
         if chunk.end <= skip and skip > 0:
             continue
