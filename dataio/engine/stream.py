@@ -214,8 +214,8 @@ def _indexed_batches(
         if arrow:
             # NumPy positions: Arrow sources index with arrays, and a range converts slowly
             at: Any = wanted
-            if isinstance(wanted, range) and wanted.step == 1:
-                at = np.arange(wanted.start, wanted.stop)
+            if isinstance(wanted, range):
+                at = np.arange(wanted.start, wanted.stop, wanted.step)
             yield Chunk(start, wanted, batch=source.take_batch(at))
         else:
             if not isinstance(source, SequenceSource):  # other sources get lists, as before
