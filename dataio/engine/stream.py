@@ -154,8 +154,14 @@ def plan_chunks(
     arrow = source.arrow_schema() is not None
     if isinstance(shape, BatchStage):
         indexed = source.by_position()
-        if indexed is not None and not (arrow and shard.of == 1 and skip == 0 and _streams(source)):
-            return _indexed_batches(indexed, shape, shard, skip)
+        if indexed is not None:
+            chosen = None
+            if shard.of > 1:
+                chosen = indexed.shard_positions(shard.id, shard.of, pad=shard.pad)
+            # A pass from the start over round-robin positions reads every source batch
+            # anyway: the stream of record batches, sliced and strided, is cheapest.
+            if chosen is not None or not (arrow and skip == 0 and _streams(source)):
+                return _indexed_batches(indexed, shape, shard, skip, chosen)
     if arrow and not isinstance(shape, CollateStage):
         pieces = _arrow_pieces(source.iterate_batches())
         if isinstance(shape, BatchStage):
@@ -175,22 +181,15 @@ def plan_chunks(
 
 
 def _streams(source: Source) -> bool:
-    """Whether ``source`` reads a pass as record batches itself.
-
-    A whole, unsharded pass from the start reads the same rows in the same order as by
-    position, and a stream of record batches sliced to ``batch(N)`` is the cheapest way.
-    """
+    """Whether ``source`` reads a pass as record batches itself (the same rows in the
+    same order as by position)."""
     return type(source).iterate_batches is not Source.iterate_batches
 
 
 def _rank_positions(source: IndexedSource, shard: ShardSpec) -> Sequence[int]:
-    """This rank's positions: the source's choice, else round robin (padded as asked)."""
+    """This rank's round-robin positions (padded as asked)."""
     rank, world = shard.id, shard.of
     total = source.length()
-    if world > 1:
-        chosen = source.shard_positions(rank, world, pad=shard.pad)
-        if chosen is not None:
-            return chosen
     rounds, rest = divmod(total, world)
     positions: Sequence[int] = range(rank, rounds * world, world)
     if rest and shard.pad:
@@ -200,10 +199,15 @@ def _rank_positions(source: IndexedSource, shard: ShardSpec) -> Sequence[int]:
 
 
 def _indexed_batches(
-    source: IndexedSource, shape: BatchStage, shard: ShardSpec, skip: int
+    source: IndexedSource,
+    shape: BatchStage,
+    shard: ShardSpec,
+    skip: int,
+    chosen: Sequence[int] | None = None,
 ) -> Iterator[Chunk]:
+    """Chunks read by position: ``chosen`` (the source's shard) or round robin."""
     arrow = source.arrow_schema() is not None
-    positions = _rank_positions(source, shard)
+    positions = _rank_positions(source, shard) if chosen is None else chosen
     size = shape.size
     count = len(positions)
     if shape.drop_last:

@@ -117,14 +117,17 @@ def test_shard_positions_chosen_by_the_source_are_read_by_position() -> None:
     assert seen == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 8, 8]]
 
 
-def test_unsharded_indexed_pass_streams_and_sharded_one_takes() -> None:
+def test_passes_from_the_start_stream_and_resumed_ones_take() -> None:
     table = make_table(12)
     pipe = passthrough("label", size=5)
     source = TableSource(table)
     assert [len(b) for b in pipe.bind(source).run()] == [5, 5, 2]
-    assert source.taken == []  # a whole pass from the start reads the record batches
-    list(pipe.bind(source).run(shard={"id": 1, "of": 2}))
-    assert source.taken == [[1, 3, 5, 7, 9], [11]]
+    assert [len(b) for b in pipe.bind(source).run(shard={"id": 1, "of": 2})] == [5, 1]
+    assert source.taken == []  # a pass from the start reads the record batches
+    loader = pipe.bind(source).run(shard={"id": 1, "of": 2})
+    loader.load_state_dict({**loader.state_dict(), "samples_consumed": 5})
+    assert [b.indices for b in loader] == [[11]]
+    assert source.taken == [[11]]  # a resumed pass reads only what it still needs
 
 
 @pytest.mark.parametrize(
