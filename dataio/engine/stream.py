@@ -270,7 +270,7 @@ def _shard_rows(pieces: Iterator[Piece], shard: ShardSpec) -> Iterator[Piece]:
             ready = range(mine.start, min(end, complete), world)
             if ready:
                 rows = np.arange(ready.start - offset, ready.stop - offset, world)
-                yield ready, batch.take(pa.array(rows))
+                yield ready, _take(batch, pa.array(rows))
             if len(ready) < len(mine):
                 last = mine[-1]
                 pending = (range(last, last + 1), batch.slice(last - offset, 1))
@@ -283,6 +283,36 @@ def _shard_rows(pieces: Iterator[Piece], shard: ShardSpec) -> Iterator[Piece]:
         else:
             row = rank % total
             yield range(row, row + 1), _concat(early).slice(row, 1)
+
+
+def _take(batch: pa.RecordBatch, rows: pa.Array) -> pa.RecordBatch:
+    """``batch.take(rows)``; view columns (polars' strings), which Arrow's ``take`` cannot
+    gather, are gathered in the matching large type and cast back."""
+    import pyarrow as pa
+
+    try:
+        return batch.take(rows)
+    except pa.ArrowNotImplementedError:
+        schema = batch.schema
+        wide = pa.schema([f.with_type(_takeable(f.type)) for f in schema])
+        return batch.cast(wide).take(rows).cast(schema)
+
+
+def _takeable(kind: pa.DataType) -> pa.DataType:
+    import pyarrow as pa
+
+    if pa.types.is_string_view(kind):
+        return pa.large_string()
+    if pa.types.is_binary_view(kind):
+        return pa.large_binary()
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_list_view(kind):
+        item = kind.value_field.with_type(_takeable(kind.value_type))
+        return pa.large_list(item) if pa.types.is_large_list(kind) else pa.list_(item)
+    if pa.types.is_fixed_size_list(kind):
+        return pa.list_(kind.value_field.with_type(_takeable(kind.value_type)), kind.list_size)
+    if pa.types.is_struct(kind):
+        return pa.struct([f.with_type(_takeable(f.type)) for f in kind])
+    return kind
 
 
 def _arrow_rebatch(pieces: Iterator[Piece], size: int, drop_last: bool) -> Iterator[Chunk]:

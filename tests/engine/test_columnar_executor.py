@@ -401,3 +401,21 @@ def test_numeric_keys_from_slices_of_a_large_source_batch() -> None:
     batches = list(decode.bind(StreamSource(media, chunk=12)).run(on_failure="skip"))
     assert [b.row_keys for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 10, 11]]
     assert batches[2].errors[0].key == 9 and batches[2].errors[0].index == 9
+
+
+def test_round_robin_shards_of_view_columns() -> None:
+    table = pa.table(
+        {
+            "s": pa.array([f"value number {i}" for i in range(11)], pa.string_view()),
+            "b": pa.array([bytes([i]) * (i + 10) for i in range(11)], pa.binary_view()),
+            "v": pa.array(range(11)),
+        }
+    )
+    pipe = passthrough("s", "b", "v", size=2)
+    for rank in range(3):
+        shard = {"id": rank, "of": 3}
+        got = as_rows(pipe.bind(StreamSource(table, chunk=4)).run(shard=shard))
+        want = as_rows(pipe.bind(table.to_pylist()).run(shard=shard))
+        assert got == want
+        batch = next(iter(pipe.bind(StreamSource(table, chunk=4)).run(shard=shard)))
+        assert batch["s"].type == pa.string_view() and batch["b"].type == pa.binary_view()
