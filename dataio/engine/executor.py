@@ -49,7 +49,8 @@ except ImportError:  # pragma: no cover - built with the package
 __all__ = ["BatchJob", "Executor", "record_rng"]
 
 #: per schema: (slot, column index) of passthrough and media slots, the key column index
-ArrowLayout = tuple[list[tuple[str, int]], list[tuple[str, int]], int]
+#: and the passthrough slot reading it ("" if none)
+ArrowLayout = tuple[list[tuple[str, int]], list[tuple[str, int]], int, str]
 
 
 def record_rng(seed: int, epoch: int, index: int, slot_number: int) -> np.random.Generator:
@@ -296,33 +297,36 @@ class Executor:
         layout = self._layout
         if layout is None:
             return False
-        passthrough, media, key = layout
-        column: Callable[[int], Any] = batch.column
+        passthrough, media, key, key_slot = layout
+        n = batch.num_rows
+        columns = job.columns
         if chunk.parent is not None and not media:
-            column = self._parent_columns(chunk.parent, chunk.offset, batch.num_rows)
+            if chunk.parent is not self._parent:
+                self._parent, self._parent_cache = chunk.parent, {}
+            at = chunk.offset
+            for name, index in passthrough:
+                columns[name] = self._slice(index, at, n) if index >= 0 else _nulls(n)
+            if key >= 0:
+                job.keys = columns[key_slot] if key_slot else self._slice(key, at, n)
+            return True
         for name, index in passthrough:
-            job.columns[name] = column(index) if index >= 0 else _nulls(batch.num_rows)
+            columns[name] = batch.column(index) if index >= 0 else _nulls(n)
         for name, index in media:
-            job.readers[name] = value_reader(column(index)) if index >= 0 else _absent
-        job.keys = column(key) if key >= 0 else None  # an Arrow or NumPy column
+            job.readers[name] = value_reader(batch.column(index)) if index >= 0 else _absent
+        if key >= 0:
+            job.keys = columns[key_slot] if key_slot else batch.column(key)
         return True
 
-    def _parent_columns(self, parent: pa.RecordBatch, offset: int, n: int) -> Callable[[int], Any]:
-        """Column ``i`` of a slice of ``parent``: a slice of a column taken from the parent
-        once (numeric ones as NumPy already, as :func:`arrow_column` would give them)."""
-        if parent is not self._parent:
-            self._parent, self._parent_cache = parent, {}
-        cache = self._parent_cache
-
-        def column(index: int) -> Any:
-            whole = cache.get(index)
-            if whole is None:
-                whole = cache[index] = arrow_column(parent.column(index))
-            if isinstance(whole, np.ndarray):
-                return whole[offset : offset + n]
-            return whole.slice(offset, n)
-
-        return column
+    def _slice(self, index: int, offset: int, n: int) -> Any:
+        """Rows ``offset:offset+n`` of column ``index`` of the current parent batch, taken
+        from it once (numeric columns as NumPy already, as :func:`arrow_column` gives)."""
+        whole = self._parent_cache.get(index)
+        if whole is None:
+            assert self._parent is not None
+            whole = self._parent_cache[index] = arrow_column(self._parent.column(index))
+        if isinstance(whole, np.ndarray):
+            return whole[offset : offset + n]
+        return whole.slice(offset, n)
 
     def _arrow_layout(self, schema: pa.Schema) -> ArrowLayout | None:
         """Where each slot's column is in ``schema``; ``None`` when rows must be Python:
@@ -340,7 +344,9 @@ class Executor:
         key = schema.get_field_index("key")
         if key < 0:
             key = schema.get_field_index("__key__")
-        return passthrough, media, key
+        # a passthrough slot of the key column: the keys are its column
+        key_slot = next((name for name, index in passthrough if index == key >= 0), "")
+        return passthrough, media, key, key_slot
 
     def _fill(self) -> None:
         while not self._exhausted and len(self._jobs) < self._prefetch:
