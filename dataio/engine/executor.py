@@ -216,6 +216,7 @@ class Executor:
         # builds such batches itself (about 10x the records/s of a pool round trip).
         self._inline = self._whole_jobs and not self._maps
         self._next_chunk: Chunk | None = None  # inline mode reads one chunk ahead
+        self._deferred: Exception | None = None  # ...and raises its error one call later
         # Arrow rows stay columns unless a record map or an active_when condition needs
         # Python records
         self._python_only = bool(self._maps) or any(k.active is not None for k in kernels)
@@ -253,7 +254,14 @@ class Executor:
         return job
 
     def _next_inline(self) -> BatchJob | None:
-        """Build the next batch on the caller's thread; one chunk is read ahead."""
+        """Build the next batch on the caller's thread; one chunk is read ahead.
+
+        A source error met while reading ahead is raised by the next call, after the
+        batch already built was delivered.
+        """
+        if self._deferred is not None:
+            error, self._deferred = self._deferred, None
+            raise error
         chunk = self._next_chunk
         if chunk is None and not self._exhausted:
             chunk = next(self._chunks, None)
@@ -265,7 +273,11 @@ class Executor:
             self._run_rows(job, range(job.size))
         else:  # passthrough columns of Arrow rows: taken whole already
             job.remaining, job.done = 0, True
-        self._next_chunk = next(self._chunks, None)
+        try:
+            self._next_chunk = next(self._chunks, None)
+        except Exception as exc:
+            self._next_chunk, self._deferred = None, exc
+            return job
         if self._next_chunk is None:
             self._exhausted = True
         return job

@@ -113,3 +113,19 @@ def test_loader_batches_equal_without_the_helper(
     monkeypatch.setattr(executor, "_fast", None)
     monkeypatch.setattr(assemble, "_fast", None)
     assert fast == run() and fast
+
+
+def test_a_source_error_comes_after_the_batches_before_it() -> None:
+    def records():
+        for i in range(10):
+            if i == 6:
+                raise dataio.FormatError("record 6 is damaged")
+            yield {"v": i}
+
+    pipe = dataio.pipeline(dataio.slot("v").passthrough(), dataio.batch(3))
+    loader = pipe.bind(dataio.from_callable(records)).run()
+    got = []
+    with pytest.raises(dataio.FormatError, match="record 6"):
+        for batch in loader:
+            got.append(batch["v"].tolist())
+    assert got == [[0, 1, 2], [3, 4, 5]]
