@@ -215,6 +215,8 @@ def _indexed_batches(
     first = (skip // size) * size if skip < count else count
     for start in range(first, count, size):
         wanted = positions[start : min(start + size, count)]
+        if not isinstance(wanted, range | list):  # a source's own sequence: plain ints
+            wanted = wanted.tolist() if isinstance(wanted, np.ndarray) else [int(p) for p in wanted]
         if arrow:
             # NumPy positions: Arrow sources index with arrays, and a range converts slowly
             at: Any = wanted

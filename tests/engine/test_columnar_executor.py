@@ -114,6 +114,7 @@ def test_shard_positions_chosen_by_the_source_are_read_by_position() -> None:
         assert [p for taken in source.taken for p in taken] == seen[-1]
         for batch in batches:
             assert batch["key"].to_pylist() == [f"k{i}" for i in batch.indices]
+            assert all(type(i) is int for i in batch.indices)  # NumPy positions made ints
     assert seen == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 8, 8]]
 
 

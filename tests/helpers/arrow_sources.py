@@ -94,7 +94,7 @@ class BlockSource(TableSource):
         block = list(range(rank * per, min((rank + 1) * per, n)))
         while pad and len(block) < per:  # the last rank repeats its first row
             block.append(block[0] if block else rank % n)
-        return block
+        return np.array(block, dtype=np.int64)  # a source may hand NumPy positions
 
 
 class FrameLike(Source):
