@@ -6,8 +6,9 @@
  * (the executor then takes its per-row path, which names each bad row). numeric(values)
  * packs a column of exact Python ints (int64), floats (float64, ints among them
  * converted as NumPy does) or bools into a bytearray, with its kind: "q", "d" or "?";
- * None for anything else (NumPy scalars, strings, None, ints beyond int64, mixed bools),
- * which Python then types as before. Both only read their inputs; no GIL release (the
+ * False when the column stays a list whatever else it holds (a str, bytes or None
+ * value, bools mixed with numbers); None when Python must decide (NumPy scalars, other
+ * objects, ints beyond int64). Both only read their inputs; no GIL release (the
  * work is ~1 us per 256 values, less than a release costs).
  */
 #define PY_SSIZE_T_CLEAN
@@ -60,15 +61,18 @@ static PyObject *numeric(PyObject *self, PyObject *arg) {
         return NULL;
     }
     Py_ssize_t n = PyList_GET_SIZE(arg);
-    int ints = 0, floats = 0, bools = 0;
+    int ints = 0, floats = 0, bools = 0, others = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *v = PyList_GET_ITEM(arg, i);
         if (PyLong_CheckExact(v)) ints = 1;
         else if (PyFloat_CheckExact(v)) floats = 1;
         else if (PyBool_Check(v)) bools = 1;
+        else if (PyUnicode_CheckExact(v) || PyBytes_CheckExact(v) || v == Py_None)
+            others = 1; /* never numeric: the column stays a list whatever else it holds */
         else Py_RETURN_NONE;
     }
-    if (n == 0 || (bools && (ints || floats))) Py_RETURN_NONE;
+    if (n == 0) Py_RETURN_NONE;
+    if (others || (bools && (ints || floats))) Py_RETURN_FALSE;
     const char *kind = bools ? "?" : (floats ? "d" : "q");
     Py_ssize_t width = bools ? 1 : 8;
     PyObject *buffer = PyByteArray_FromStringAndSize(NULL, n * width);
@@ -99,7 +103,7 @@ overflow: /* an int beyond int64 (or float range): Python keeps the exact values
 
 static PyMethodDef methods[] = {
     {"columns", columns, METH_VARARGS, "columns(records, fields) -> list of lists or None"},
-    {"numeric", numeric, METH_O, "numeric(values) -> (kind, bytearray) or None"},
+    {"numeric", numeric, METH_O, "numeric(values) -> (kind, bytearray), False or None"},
     {NULL, NULL, 0, NULL},
 };
 

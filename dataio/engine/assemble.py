@@ -80,6 +80,8 @@ def _numeric(values: list[Any]) -> Any:
         return values
     if _fast is not None and type(values) is list:
         packed = _fast.numeric(values)
+        if packed is False:  # a str, bytes or None value: a list whatever the rest is
+            return values
         if packed is not None:
             code, data = packed
             return np.frombuffer(data, np.dtype(code))  # writable: a bytearray's memory

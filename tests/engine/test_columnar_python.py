@@ -60,11 +60,14 @@ def test_numeric_helper_packs_exact_columns(values: list[Any], dtype: Any) -> No
     np.testing.assert_array_equal(np.frombuffer(data, np.dtype(code)), np.array(values, dtype))
 
 
-@pytest.mark.parametrize(
-    "values", [[], [True, 1], [1, 2**63], [1.0, 10**400], [np.int64(1)], ["a"], [None, 1]]
-)
+@pytest.mark.parametrize("values", [[], [1, 2**63], [1.0, 10**400], [np.int64(1)], [1, [2]]])
 def test_numeric_helper_leaves_the_rest_to_python(values: list[Any]) -> None:
     assert _columns.numeric(values) is None
+
+
+@pytest.mark.parametrize("values", [["a"], [None, 1], [1, b"x"], [True, 1], [2.5, False]])
+def test_numeric_helper_knows_lists(values: list[Any]) -> None:
+    assert _columns.numeric(values) is False
 
 
 def test_columns_helper_reads_dicts_and_refuses_the_rest() -> None:
