@@ -1,7 +1,7 @@
 """Column expressions for lazy frames: ``dataio.col("x") > 3``, ``dataio.lit(...)``.
 
 An :class:`Expr` is a small immutable tree. Operators build new trees; nothing is
-evaluated here. The engine (``dataio/engine/frame.py``) compiles a tree to a DataFusion
+evaluated here. The engine (``dataio/engine/expressions.py``) compiles a tree to a DataFusion
 expression when a frame runs, and :meth:`Expr.describe` gives the stable text used in
 plans, reprs and source signatures.
 

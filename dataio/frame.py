@@ -100,7 +100,7 @@ class LazyFrame(Source):
         return self._node
 
     def _derive(self, node: Node) -> LazyFrame:
-        from dataio.engine.frame import plan_schema
+        from dataio.engine.schema import plan_schema
 
         return LazyFrame(node, plan_schema(node))
 
@@ -263,7 +263,7 @@ class LazyFrame(Source):
         Feather scans with plain projections and slices are read straight from a memory
         map: Arrow types and buffers come out as stored, with no copy.
         """
-        from dataio.engine.frame import collect_table
+        from dataio.engine.run import collect_table
 
         return collect_table(self._node)
 
@@ -271,7 +271,7 @@ class LazyFrame(Source):
         """A ``pyarrow.RecordBatchReader`` that runs the plan batch by batch as it is read."""
         import pyarrow as pa
 
-        from dataio.engine.frame import stream_batches
+        from dataio.engine.run import stream_batches
 
         return pa.RecordBatchReader.from_batches(self._schema, stream_batches(self._node))
 
@@ -292,7 +292,7 @@ class LazyFrame(Source):
     def explain(self, *, analyze: bool = False) -> str:
         """The plan as text: dataio's steps and DataFusion's plans; ``analyze=True`` runs it
         and adds the metrics (rows, row groups pruned, bytes scanned)."""
-        from dataio.engine.frame import explain
+        from dataio.engine.explain import explain
 
         return explain(self._node, analyze=analyze)
 
@@ -300,7 +300,7 @@ class LazyFrame(Source):
 
     def iterate(self) -> Iterator[dict[str, Any]]:
         """The rows as dicts, batch by batch, in the same order on every pass."""
-        from dataio.engine.frame import stream_batches
+        from dataio.engine.run import stream_batches
 
         batches = stream_batches(self._node)
         try:
@@ -349,7 +349,7 @@ class LazyFrame(Source):
     # -- display -----------------------------------------------------------------------
 
     def _plan_lines(self) -> list[str]:
-        from dataio.engine.frame import tree
+        from dataio.engine.explain import tree
 
         return tree(self._node)
 
@@ -436,7 +436,7 @@ def scan(path: PathSpec, *, format: Format | None = None, **options: Any) -> Laz
 
         options["compression"] = compression_option(options["compression"])
     files = _resolve(items, fmt, listings)
-    from dataio.engine.frame import scan_schema
+    from dataio.engine.scan import scan_schema
 
     schema = scan_schema(fmt, files[0], options)
     node = Scan(fmt, items, tuple(files), tuple(sorted(options.items())), schema)
@@ -533,7 +533,7 @@ def sql(query: str, **tables: Any) -> LazyFrame:
         raise PlanError(f"sql() needs a query string, got {query!r}")
     nodes = tuple((name, _table_node(name, value)) for name, value in tables.items())
     node = Sql(query, nodes)
-    from dataio.engine.frame import plan_schema
+    from dataio.engine.schema import plan_schema
 
     return LazyFrame(node, plan_schema(node))
 
@@ -550,7 +550,7 @@ def _table_node(name: str, value: Any) -> Node:
         return scan(value).plan
     import pyarrow as pa
 
-    from dataio.engine.frame import plain_table
+    from dataio.engine.plain import plain_table
 
     if isinstance(value, pa.RecordBatch):
         table = pa.Table.from_batches([value])

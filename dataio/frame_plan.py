@@ -1,7 +1,7 @@
 """The plan nodes behind :class:`dataio.frame.LazyFrame`: immutable values, no compute.
 
 Each node names its inputs, gives a one-line label for plan trees and a JSON-ready
-description for source signatures. ``dataio/engine/frame.py`` compiles nodes to
+description for source signatures. ``dataio/engine/compile.py`` compiles nodes to
 DataFusion; nothing here imports it.
 """
 

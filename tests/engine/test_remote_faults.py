@@ -12,7 +12,7 @@ import pytest
 from helpers.object_servers import MotoServer
 
 import dataio
-from dataio.engine.frame import translate
+from dataio.engine.errors import translate
 from dataio.frame import scan_parquet
 from dataio.io import config
 

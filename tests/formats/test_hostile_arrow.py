@@ -171,7 +171,7 @@ def test_valid_files_still_read_as_pyarrow_does(tmp_path: Path, kind: str) -> No
 
 _UNREADABLE = r"""
 import os, sys
-import dataio, dataio.engine.frame, dataio.formats._arrow, datafusion, pyarrow.parquet
+import dataio, dataio.engine.run, dataio.formats._arrow, datafusion, pyarrow.parquet
 if os.geteuid() == 0:
     os.setuid(65534)  # root reads any file whatever its mode: test as nobody
 for path in sys.argv[1:]:
