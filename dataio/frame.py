@@ -1,15 +1,17 @@
 """Lazy frames: ``scan_*`` results and ``sql()``, run by DataFusion, usable as record sources.
 
 A :class:`LazyFrame` is a value: every method returns a new frame and nothing reads data
-until a terminal runs (``collect*``, ``to_polars``, iteration, ``__arrow_c_stream__``,
-``explain``). Building a frame reads each scan's schema from its first file's metadata
-and checks the plan against it, so an unknown column fails where it is written.
+until a terminal runs (``collect``, ``collect_arrow_reader``, ``to_polars``, iteration,
+``__arrow_c_stream__``, ``explain``). Building a frame reads each scan's schema from its
+first file's metadata and checks the plan against it, so an unknown column fails where
+it is written.
 
 Example:
     >>> rows = (dataio.scan_parquet("/data/shards/*.parquet")  # doctest: +SKIP
     ...         .filter(dataio.col("height") > 512)
     ...         .select("key", "height")
-    ...         .collect())
+    ...         .collect()           # a pyarrow.Table
+    ...         .to_pylist())
 """
 
 from __future__ import annotations
@@ -253,19 +255,23 @@ class LazyFrame(Source):
 
     # -- terminals ---------------------------------------------------------------------
 
-    def collect(self) -> list[dict[str, Any]]:
-        """Run the plan; the rows as dicts (Python callables in ``filter`` included)."""
-        return self.collect_arrow().to_pylist()
-
-    def collect_arrow(self) -> pa.Table:
+    def collect(self) -> pa.Table:
         """Run the plan in parallel; a ``pyarrow.Table`` in the frame's order.
 
-        Feather scans with plain projections and slices are read straight from a memory
-        map: Arrow types and buffers come out as stored, with no copy.
+        Rows as dicts only when asked: ``frame.collect().to_pylist()``. Feather scans
+        with plain projections and slices are read straight from a memory map: Arrow
+        types and buffers come out as stored, with no copy.
+
+        Example:
+            >>> dataio.scan_parquet("/data/shard.parquet").collect().num_rows  # doctest: +SKIP
         """
         from dataio.engine.run import collect_table
 
         return collect_table(self._node)
+
+    def collect_arrow(self) -> pa.Table:
+        """The reference's name for :meth:`collect`: the same ``pyarrow.Table``."""
+        return self.collect()
 
     def collect_arrow_reader(self) -> pa.RecordBatchReader:
         """A ``pyarrow.RecordBatchReader`` that runs the plan batch by batch as it is read."""
@@ -276,7 +282,8 @@ class LazyFrame(Source):
         return pa.RecordBatchReader.from_batches(self._schema, stream_batches(self._node))
 
     def collect_arrow_stream(self) -> ArrowStream:
-        """An object with ``__arrow_c_stream__``: the Arrow C stream of the results."""
+        """The reference's one-shot Arrow C stream object; the frame itself also has
+        ``__arrow_c_stream__``."""
         return ArrowStream(self.collect_arrow_reader())
 
     def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
@@ -287,7 +294,7 @@ class LazyFrame(Source):
         """Run the plan; a ``polars.DataFrame``."""
         import polars as pl
 
-        return pl.from_arrow(self.collect_arrow())  # type: ignore[return-value]
+        return pl.from_arrow(self.collect())  # type: ignore[return-value]
 
     def explain(self, *, analyze: bool = False) -> str:
         """The plan as text: dataio's steps and DataFusion's plans; ``analyze=True`` runs it
@@ -456,7 +463,7 @@ def scan_feather(path: PathSpec) -> LazyFrame:
     """A lazy scan of Feather v2 / Arrow IPC files.
 
     Example:
-        >>> dataio.scan_feather("/data/table.arrow").select("key").collect_arrow()  # doctest: +SKIP
+        >>> dataio.scan_feather("/data/table.arrow").select("key").collect()  # doctest: +SKIP
     """
     return scan(path, format="feather")
 
@@ -505,7 +512,7 @@ def read_parquet(path: PathSpec, *, columns: Sequence[str] | None = None) -> pa.
         >>> dataio.read_parquet("/data/shard.parquet", columns=["key", "height"])  # doctest: +SKIP
     """
     frame = scan_parquet(path)
-    return (frame.select(*columns) if columns is not None else frame).collect_arrow()
+    return (frame.select(*columns) if columns is not None else frame).collect()
 
 
 def read_feather(path: PathSpec, *, columns: Sequence[str] | None = None) -> pa.Table:
@@ -515,7 +522,7 @@ def read_feather(path: PathSpec, *, columns: Sequence[str] | None = None) -> pa.
         >>> dataio.read_feather("/data/table.arrow", columns=["key", "value"])  # doctest: +SKIP
     """
     frame = scan_feather(path)
-    return (frame.select(*columns) if columns is not None else frame).collect_arrow()
+    return (frame.select(*columns) if columns is not None else frame).collect()
 
 
 def sql(query: str, **tables: Any) -> LazyFrame:

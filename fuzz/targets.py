@@ -242,7 +242,7 @@ def tfrecord(data: bytes, workdir: str) -> None:
     path = _write(workdir, "input.tfrecord", data)
     calls("iter_tfrecord", lambda: _drain(dataio.iter_tfrecord(path)))
     calls("iter_tfrecord raw", lambda: _drain(dataio.iter_tfrecord(path, raw=True)))
-    calls("scan_tfrecord collect", lambda: dataio.scan_tfrecord(path).collect())
+    calls("scan_tfrecord collect", lambda: dataio.scan_tfrecord(path).collect().to_pylist())
     calls.finish()
 
 
@@ -252,7 +252,7 @@ def _arrow_file(data: bytes, workdir: str, suffix: str, formats: tuple[str, ...]
     calls = _Calls()
     path = _write(workdir, f"input.{suffix}", data)
     calls("read_feather to_pylist", lambda: dataio.read_feather(path).to_pylist())
-    calls("scan_feather collect", lambda: dataio.scan_feather(path).collect())
+    calls("scan_feather collect", lambda: dataio.scan_feather(path).collect().to_pylist())
     for name in formats:
 
         def read(name: str = name) -> None:
@@ -280,7 +280,7 @@ def parquet(data: bytes, workdir: str) -> None:
     calls = _Calls()
     path = _write(workdir, "input.parquet", data)
     calls("read_parquet to_pylist", lambda: dataio.read_parquet(path).to_pylist())
-    calls("scan_parquet collect", lambda: dataio.scan_parquet(path).collect())
+    calls("scan_parquet collect", lambda: dataio.scan_parquet(path).collect().to_pylist())
     calls("read format=parquet", lambda: dataio.read(path, format="parquet").to_pylist())
     calls("manifest parquet", lambda: list(dataio.manifest(path)))
     calls.finish()
@@ -377,7 +377,7 @@ def json_(data: bytes, workdir: str) -> None:
     )
     calls("read format=json", lambda: dataio.read(path, format="json"))
     calls("read format=jsonl", lambda: dataio.read(path, format="jsonl"))
-    calls("scan_json collect", lambda: dataio.scan_json(path).collect())
+    calls("scan_json collect", lambda: dataio.scan_json(path).collect().to_pylist())
     calls("manifest jsonl", lambda: list(dataio.manifest(path)))
     calls.finish()
 
@@ -405,7 +405,7 @@ def csv_manifest(data: bytes, workdir: str) -> None:
     calls = _Calls()
     path = _write(workdir, "input.csv", data)
     calls("manifest csv", lambda: list(dataio.manifest(path)))
-    calls("scan_csv collect", lambda: dataio.scan_csv(path).collect())
+    calls("scan_csv collect", lambda: dataio.scan_csv(path).collect().to_pylist())
     calls.finish()
 
 

@@ -65,6 +65,6 @@ def test_storage_server_killed_before_the_scan_runs() -> None:
         server.stop()
     try:
         with pytest.raises(dataio.TransportError, match="killed"):
-            frame.collect_arrow()
+            frame.collect()
     finally:
         config.reset()

@@ -166,7 +166,7 @@ def test_valid_files_still_read_as_pyarrow_does(tmp_path: Path, kind: str) -> No
     assert dataio.read(str(path), format="feather").to_pylist() == table.to_pylist()
     if kind == "v2":
         assert dataio.read_feather(path).equals(feather.read_table(path))
-        assert dataio.scan_feather(path).collect() == table.to_pylist()
+        assert dataio.scan_feather(path).collect().to_pylist() == table.to_pylist()
 
 
 _UNREADABLE = r"""
