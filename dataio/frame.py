@@ -16,16 +16,17 @@ Example:
 
 from __future__ import annotations
 
-import glob as globlib
 import html
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from dataio.exceptions import FormatError, NotFoundError, PlanError
+from dataio.exceptions import FormatError, PlanError
 from dataio.expr import AGGREGATES, Expr, col
 from dataio.frame_plan import (
+    SOURCES,
     Aggregate,
+    FileRecords,
     Filter,
     Join,
     Limit,
@@ -39,6 +40,7 @@ from dataio.frame_plan import (
     WithColumns,
     walk,
 )
+from dataio.io.resolve import remote_prefix, resolve, spec_items
 from dataio.sources.base import Source
 
 if TYPE_CHECKING:
@@ -305,8 +307,17 @@ class LazyFrame(Source):
 
     # -- record source -----------------------------------------------------------------
 
-    def iterate(self) -> Iterator[dict[str, Any]]:
-        """The rows as dicts, batch by batch, in the same order on every pass."""
+    def iterate(self) -> Iterator[Mapping[str, Any]]:
+        """The rows as dicts, batch by batch, in the same order on every pass.
+
+        A bare ``scan_numpy``/``scan_npz``/``scan_hdf5`` yields its reader's records
+        (NumPy arrays; a damaged file is one failed record) without Arrow.
+        """
+        if isinstance(self._node, FileRecords):
+            from dataio.formats._scan import iter_records
+
+            yield from iter_records(self._node)
+            return
         from dataio.engine.run import stream_batches
 
         batches = stream_batches(self._node)
@@ -323,7 +334,7 @@ class LazyFrame(Source):
     @property
     def configured(self) -> bool:
         """True when the plan has steps beyond its scans (filters, projections, ...)."""
-        return any(not isinstance(n, Scan | Memory) for n in walk(self._node))
+        return any(not isinstance(n, SOURCES) for n in walk(self._node))
 
     def length(self) -> int | None:
         """The row count of a bare Parquet or Feather scan (from metadata), else ``None``."""
@@ -433,7 +444,7 @@ def scan(path: PathSpec, *, format: Format | None = None, **options: Any) -> Laz
     Example:
         >>> dataio.scan("/data/part-*.parquet").filter("label = 3")  # doctest: +SKIP
     """
-    items = _spec(path)
+    items = spec_items(path, f"scan_{format}" if format else "scan")
     listings: dict[str, list[str]] = {}  # remote prefixes listed once per scan
     fmt = format or _format_of(items[0], listings)
     if fmt not in EXTENSIONS:
@@ -442,7 +453,9 @@ def scan(path: PathSpec, *, format: Format | None = None, **options: Any) -> Laz
         from dataio.formats.tfrecord import compression_option
 
         options["compression"] = compression_option(options["compression"])
-    files = _resolve(items, fmt, listings)
+    files = resolve(
+        items, what=f"scan_{fmt}", extensions=EXTENSIONS[fmt], kind=fmt, listings=listings
+    )
     from dataio.engine.scan import scan_schema
 
     schema = scan_schema(fmt, files[0], options)
@@ -608,31 +621,13 @@ def _names(value: str | Sequence[str], what: str) -> list[str]:
     return names
 
 
-def _spec(path: PathSpec) -> tuple[str, ...]:
-    items: tuple[str, ...]
-    if isinstance(path, str | os.PathLike):
-        items = (os.fspath(path),)
-    elif (
-        isinstance(path, Sequence) and path and all(isinstance(p, str | os.PathLike) for p in path)
-    ):
-        items = tuple(os.fspath(p) for p in path)
-    else:
-        raise PlanError(f"scans take a path, a glob, a directory or a list of them, got {path!r}")
-    for item in items:
-        if "://" in item and not item.startswith("file://"):
-            from dataio.io.uri import parse
-
-            parse(item)  # an unsupported scheme fails here, naming the choices
-    return tuple(i[len("file://") :] if i.startswith("file://") else i for i in items)
-
-
 def _format_of(path: str, listings: dict[str, list[str]]) -> str:
     lowered = path.lower().rstrip("/")
     for fmt, extensions in EXTENSIONS.items():
         if lowered.endswith(extensions):
             return fmt
     if "://" in path:
-        names = _remote_prefix(path, listings)
+        names = remote_prefix(path, listings)
     else:
         names = [f for _, _, fs in os.walk(path) for f in fs] if os.path.isdir(path) else []
     for fmt, extensions in EXTENSIONS.items():
@@ -642,86 +637,3 @@ def _format_of(path: str, listings: dict[str, list[str]]) -> str:
         f"cannot tell the format of {path!r} from its extension; pass format= "
         f"(one of {list(EXTENSIONS)})"
     )
-
-
-def _resolve(items: Sequence[str], fmt: str, listings: dict[str, list[str]]) -> list[str]:
-    files: list[str] = []
-    for item in items:
-        if "://" in item:
-            files += _resolve_remote(item, fmt, listings)
-            continue
-        if any(c in item for c in "*?["):
-            found = sorted(p for p in globlib.glob(item, recursive=True) if os.path.isfile(p))
-            if not found:
-                raise NotFoundError(f"scan_{fmt}: the pattern {item!r} matched no files")
-            files += found
-        elif os.path.isdir(item):
-            found = sorted(
-                os.path.join(root, name)
-                for root, _, names in os.walk(item)
-                for name in names
-                if name.lower().endswith(EXTENSIONS[fmt]) and not name.startswith((".", "_"))
-            )
-            if not found:
-                raise NotFoundError(
-                    f"scan_{fmt}: the directory {item!r} holds no {fmt} files "
-                    f"({', '.join(EXTENSIONS[fmt])})"
-                )
-            files += found
-        elif os.path.isfile(item):
-            files.append(item)
-        elif os.path.exists(item):  # a FIFO or device: reading it could block forever
-            raise FormatError(
-                f"scan_{fmt}: {item!r} is not a regular file (a FIFO, socket or device); "
-                "pass a file or a directory"
-            )
-        else:
-            raise NotFoundError(f"scan_{fmt}: no such file or directory {item!r}")
-    return files
-
-
-def _resolve_remote(item: str, fmt: str, listings: dict[str, list[str]]) -> list[str]:
-    """The objects a remote path names: a pattern, a prefix ending in ``/``, or one object.
-
-    A path ending in an extension of the format is one object (one HEAD); any other is
-    first a prefix (one listing, shared with the format guess of :func:`scan`), then an
-    object named without the extension.
-    """
-    from dataio.io.verbs import exists, glob
-
-    def of_format(uris: list[str]) -> list[str]:
-        names = [(u, u.rsplit("/", 1)[-1]) for u in uris]
-        return sorted(
-            u
-            for u, name in names
-            if name.lower().endswith(EXTENSIONS[fmt]) and not name.startswith((".", "_"))
-        )
-
-    if any(c in item for c in "*?["):
-        found = glob(item)
-        if not found:
-            raise NotFoundError(f"scan_{fmt}: the pattern {item!r} matched no objects")
-        return found
-    if item.lower().endswith(EXTENSIONS[fmt]):
-        if not exists(item):
-            raise NotFoundError(f"scan_{fmt}: no object {item!r}")
-        return [item]
-    found = of_format(_remote_prefix(item, listings))
-    if not found and not item.endswith("/") and exists(item):
-        return [item]  # one object named without the format's extension
-    if not found:
-        raise NotFoundError(
-            f"scan_{fmt}: no object {item!r} and no {fmt} objects under it "
-            f"({', '.join(EXTENSIONS[fmt])})"
-        )
-    return found
-
-
-def _remote_prefix(prefix: str, listings: dict[str, list[str]]) -> list[str]:
-    """Every object under ``prefix``; ``listings`` remembers it for the rest of the scan."""
-    from dataio.io.verbs import glob
-
-    key = prefix.rstrip("/")
-    if key not in listings:
-        listings[key] = glob(key + "/**")
-    return listings[key]
