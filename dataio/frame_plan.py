@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dataio.expr import Expr
-from dataio.sources.base import callable_name
+from dataio.naming import callable_name
 
 __all__ = [
     "SOURCES",
