@@ -21,7 +21,8 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from dataio.exceptions import FormatError, PlanError
+from dataio import runtime
+from dataio.exceptions import PlanError
 from dataio.expr import AGGREGATES, Expr, col
 from dataio.frame_plan import (
     SOURCES,
@@ -38,6 +39,7 @@ from dataio.frame_plan import (
     Sort,
     Sql,
     WithColumns,
+    tree,
     walk,
 )
 from dataio.io.resolve import remote_prefix, resolve, spec_items
@@ -104,9 +106,7 @@ class LazyFrame(Source):
         return self._node
 
     def _derive(self, node: Node) -> LazyFrame:
-        from dataio.engine.schema import plan_schema
-
-        return LazyFrame(node, plan_schema(node))
+        return LazyFrame(node, runtime.engine().plan_schema(node))
 
     # -- relational methods ------------------------------------------------------------
 
@@ -267,9 +267,7 @@ class LazyFrame(Source):
         Example:
             >>> dataio.scan_parquet("/data/shard.parquet").collect().num_rows  # doctest: +SKIP
         """
-        from dataio.engine.run import collect_table
-
-        return collect_table(self._node)
+        return runtime.engine().collect_table(self._node)
 
     def collect_arrow(self) -> pa.Table:
         """The reference's name for :meth:`collect`: the same ``pyarrow.Table``."""
@@ -279,9 +277,8 @@ class LazyFrame(Source):
         """A ``pyarrow.RecordBatchReader`` that runs the plan batch by batch as it is read."""
         import pyarrow as pa
 
-        from dataio.engine.run import stream_batches
-
-        return pa.RecordBatchReader.from_batches(self._schema, stream_batches(self._node))
+        batches = runtime.engine().stream_batches(self._node)
+        return pa.RecordBatchReader.from_batches(self._schema, batches)
 
     def collect_arrow_stream(self) -> ArrowStream:
         """The reference's one-shot Arrow C stream object; the frame itself also has
@@ -301,9 +298,7 @@ class LazyFrame(Source):
     def explain(self, *, analyze: bool = False) -> str:
         """The plan as text: dataio's steps and DataFusion's plans; ``analyze=True`` runs it
         and adds the metrics (rows, row groups pruned, bytes scanned)."""
-        from dataio.engine.explain import explain
-
-        return explain(self._node, analyze=analyze)
+        return runtime.engine().explain(self._node, analyze=analyze)
 
     # -- record source -----------------------------------------------------------------
 
@@ -313,19 +308,16 @@ class LazyFrame(Source):
         A bare ``scan_numpy``/``scan_npz``/``scan_hdf5`` yields its reader's records
         (NumPy arrays; a damaged file is one failed record) without Arrow.
         """
+        engine = runtime.engine()
         if isinstance(self._node, FileRecords):
-            from dataio.formats._scan import iter_records
-
-            yield from iter_records(self._node)
+            yield from engine.iter_records(self._node)
             return
-        from dataio.engine.run import stream_batches
-
-        batches = stream_batches(self._node)
+        batches = engine.stream_batches(self._node)
         try:
             for batch in batches:
                 yield from batch.to_pylist()
         finally:
-            batches.close()  # type: ignore[attr-defined]
+            batches.close()
 
     def describe(self) -> dict[str, Any]:
         """The plan: scans (paths as given, options), steps and expressions."""
@@ -341,34 +333,11 @@ class LazyFrame(Source):
         node = self._node
         if not isinstance(node, Scan) or node.format not in ("parquet", "feather"):
             return None
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        from dataio.formats._arrow import check_regular, open_error
-
-        total = 0
-        for path in node.files:
-            try:
-                check_regular(path, node.label())
-                if node.format == "parquet":
-                    total += pq.read_metadata(path).num_rows
-                else:
-                    with pa.memory_map(path) as source:
-                        reader = pa.ipc.open_file(source)
-                        total += sum(
-                            reader.get_batch(i).num_rows for i in range(reader.num_record_batches)
-                        )
-            except pa.ArrowException as exc:
-                raise FormatError(f"{node.label()}: cannot read {path!r}: {exc}") from None
-            except OSError as exc:
-                raise open_error(exc, path, node.label()) from None
-        return total
+        return runtime.engine().row_count(node)
 
     # -- display -----------------------------------------------------------------------
 
     def _plan_lines(self) -> list[str]:
-        from dataio.engine.explain import tree
-
         return tree(self._node)
 
     def __repr__(self) -> str:
@@ -449,16 +418,12 @@ def scan(path: PathSpec, *, format: Format | None = None, **options: Any) -> Laz
     fmt = format or _format_of(items[0], listings)
     if fmt not in EXTENSIONS:
         raise PlanError(f"scan format must be one of {list(EXTENSIONS)}, got {fmt!r}")
-    if fmt == "tfrecord" and options.get("compression") is not None:
-        from dataio.formats.tfrecord import compression_option
-
-        options["compression"] = compression_option(options["compression"])
+    engine = runtime.engine()
+    options = engine.scan_options(fmt, options)
     files = resolve(
         items, what=f"scan_{fmt}", extensions=EXTENSIONS[fmt], kind=fmt, listings=listings
     )
-    from dataio.engine.scan import scan_schema
-
-    schema = scan_schema(fmt, files[0], options)
+    schema = engine.scan_schema(fmt, files[0], options)
     node = Scan(fmt, items, tuple(files), tuple(sorted(options.items())), schema)
     return LazyFrame(node, schema)
 
@@ -553,9 +518,7 @@ def sql(query: str, **tables: Any) -> LazyFrame:
         raise PlanError(f"sql() needs a query string, got {query!r}")
     nodes = tuple((name, _table_node(name, value)) for name, value in tables.items())
     node = Sql(query, nodes)
-    from dataio.engine.schema import plan_schema
-
-    return LazyFrame(node, plan_schema(node))
+    return LazyFrame(node, runtime.engine().plan_schema(node))
 
 
 # -- helpers -----------------------------------------------------------------------------------
@@ -570,8 +533,6 @@ def _table_node(name: str, value: Any) -> Node:
         return scan(value).plan
     import pyarrow as pa
 
-    from dataio.engine.plain import plain_table
-
     if isinstance(value, pa.RecordBatch):
         table = pa.Table.from_batches([value])
     elif isinstance(value, pa.Table):
@@ -583,7 +544,10 @@ def _table_node(name: str, value: Any) -> Node:
             f"sql() table {name!r} must be a LazyFrame, a path, a pyarrow Table/RecordBatch, "
             f"or have __arrow_c_stream__; got {type(value).__name__}"
         )
-    return Memory(plain_table(table), f"{name}: {type(value).__module__}.{type(value).__name__}")
+    return Memory(
+        runtime.engine().plain_table(table),
+        f"{name}: {type(value).__module__}.{type(value).__name__}",
+    )
 
 
 def _lit(value: Any) -> Expr:

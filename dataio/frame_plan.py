@@ -31,6 +31,7 @@ __all__ = [
     "Sql",
     "WithColumns",
     "source_schema",
+    "tree",
     "walk",
 ]
 
@@ -49,6 +50,14 @@ class Node:
     def describe(self) -> dict[str, Any]:
         """A JSON-ready description (configuration, never data)."""
         raise NotImplementedError
+
+
+def tree(node: Node, indent: int = 0) -> list[str]:
+    """The plan as indented lines, top step first."""
+    lines = ["  " * indent + node.label()]
+    for child in node.children():
+        lines += tree(child, indent + 1)
+    return lines
 
 
 def walk(node: Node) -> Iterator[Node]:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from dataio import decoders, transforms
+from dataio import decoders, runtime, transforms
 from dataio.cond import Predicate
 from dataio.exceptions import PlanError
 from dataio.naming import callable_name
@@ -705,13 +705,9 @@ class BoundPipeline:
             ...     for batch in loader:
             ...         print(batch["image"].shape)
         """
-        from dataio.loader import Loader
-
-        if device is not None and output == "torch":
-            from dataio.engine.export import check_device
-
-            check_device(device)
-        return Loader(
+        # the runtime sits above plans and is reached through dataio.runtime, never imported
+        loader: type[Loader] = runtime.loader()
+        return loader(
             self.pipeline,
             self.records,
             output=output,

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from dataio.engine.errors import guard
 from dataio.engine.expressions import check_expr, compile_expr, named
 from dataio.engine.plain import empty_table
+from dataio.engine.records import records_table
 from dataio.engine.relational import join, sql_plan, unqualified
 from dataio.engine.scan import read_file
 from dataio.exceptions import QueryError
@@ -178,8 +179,6 @@ def compile_source(source: SourceNode, ctx: Any, mode: Mode) -> Any:
     if isinstance(source, Memory):
         return ctx.from_arrow(source.table)
     if isinstance(source, FileRecords):
-        from dataio.formats._scan import records_table
-
         return ctx.from_arrow(records_table(source))
     frames = [read_file(ctx, source, path) for path in source.files]
     df = frames[0]
