@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dataio.exceptions import DataioError
+from dataio.exceptions import DataioError, FormatError
 from dataio.sources.base import IndexedSource, Source, single_pass_error
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ class ArrowTableSource(IndexedSource):
         rows: list[dict[str, Any]] = self.take_batch(indices).to_pylist()
         return rows
 
-    def take_batch(self, positions: Sequence[int]) -> pa.RecordBatch:
+    def take_batch(self, positions: Sequence[int] | np.ndarray) -> pa.RecordBatch:
         """The rows at ``positions`` (order kept, duplicates allowed) as one record batch."""
         import pyarrow as pa
 
@@ -321,8 +321,8 @@ def _read_batches(reader: pa.RecordBatchReader, what: str) -> Iterator[pa.Record
                 batch = reader.read_next_batch()
             except StopIteration:
                 return
-            except pa.ArrowException as exc:
-                raise DataioError(f"reading the Arrow stream of {what} failed: {exc}") from exc
+            except (pa.ArrowException, OSError) as exc:  # truncated IPC is an OSError
+                raise FormatError(f"reading the Arrow stream of {what} failed: {exc}") from exc
             if batch.num_rows:
                 yield batch
     finally:

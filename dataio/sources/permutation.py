@@ -17,6 +17,8 @@ from dataio.sources.base import IndexedSource, epoch_seed
 __all__ = ["FeistelPermutation", "PermutedIndexed", "mix"]
 
 _MASK64 = (1 << 64) - 1
+#: rows per record batch when a shuffled Arrow source is read as a stream
+BLOCK_ROWS = 8192
 
 
 def mix(value: int) -> int:
@@ -130,6 +132,12 @@ class PermutedIndexed(IndexedSource):
     def take_batch(self, positions: Sequence[int]) -> Any:
         """Forward the remapped positions to the parent's batch read."""
         return self.parent.take_batch(self._permutation().many(positions))
+
+    def iterate_batches(self) -> Iterator[Any]:
+        """The permuted rows as record batches, gathered block by block from the parent."""
+        n = self.length()
+        for start in range(0, n, BLOCK_ROWS):
+            yield self.take_batch(range(start, min(start + BLOCK_ROWS, n)))
 
     def describe(self) -> dict[str, Any]:
         """Shuffle settings and the parent."""
