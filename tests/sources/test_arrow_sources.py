@@ -443,3 +443,103 @@ def test_stream_results_equal_the_list_of_dicts_stream(objects) -> None:
     # the whole batch stream, not only the values: indices and columns
     got = stream(pipe(5).bind(objects["table"]()).run(seed=1))
     assert got == stream(pipe(5).bind(rows()).run(seed=1))
+
+
+# -- no Python rows on the loader path -------------------------------------------------------------
+
+NO_ROWS_SCRIPT = """
+import sys
+
+import duckdb, numpy as np, polars as pl, pyarrow as pa, pyarrow.dataset as ds
+from helpers.no_rows import RowConversionError, forbid_row_conversion
+
+import dataio
+
+table = pa.table({
+    "label": pa.array(np.arange(1000) % 10, pa.int64()),
+    "score": pa.array(np.arange(1000) / 4, pa.float32()),
+    "key": pa.array([f"k{i}" for i in range(1000)]),
+})
+frame = pl.from_arrow(table)
+relation = duckdb.connect().from_arrow(table)
+forbid_row_conversion()
+for trap in (table.to_pylist, table.to_batches()[0].to_pylist, table.column(0)[0].as_py):
+    try:
+        trap()
+    except RowConversionError:
+        pass
+    else:
+        raise SystemExit(f"the trap on {trap} does not fire")
+
+
+def reader():
+    return pa.RecordBatchReader.from_batches(table.schema, table.to_batches(max_chunksize=100))
+
+
+if sys.argv[1] == "sources":  # the sources' own Arrow methods
+    sources = [table, reader(), frame, frame.lazy(), relation, ds.dataset(table),
+               dataio.records(table).concat(table)]
+    for x in sources:
+        source = dataio.records(x)
+        source.describe()
+        rows = sum(b.num_rows for b in source.iterate_batches())
+        shuffled = dataio.records(x) if source.single_pass else source.shuffle(seed=2)
+        if not source.single_pass:
+            assert sum(b.num_rows for b in shuffled.at_epoch(1).iterate_batches()) == rows
+        if hasattr(source, "take_batch"):
+            assert source.take_batch([5, 6, 7, 1, 999]).num_rows == 5
+    print("no rows")
+    raise SystemExit
+
+plan = dataio.pipeline(
+    dataio.slot("label").passthrough(),
+    dataio.slot("score").passthrough(),
+    dataio.slot("key").passthrough(),
+    dataio.batch(64),
+)
+sources = {
+    "table": table,
+    "shuffled table": dataio.records(table).shuffle(seed=1),
+    "reader": reader(),
+    "polars": frame,
+    "duckdb": relation,
+    "sharded": table,
+}
+for name, source in sources.items():
+    shard = {"id": 1, "of": 3} if name == "sharded" else None
+    labels = [np.asarray(b["label"]) for b in plan.bind(source).run(shard=shard)]
+    count = sum(len(a) for a in labels)
+    assert count == (334 if shard else 1000), (name, count)
+print("no rows")
+"""
+
+
+def run_without_rows(mode: str) -> None:
+    """Run :data:`NO_ROWS_SCRIPT` in a subprocess (the trap replaces pyarrow methods for
+    good) and fail with its traceback."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(root / "tests")])}
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", NO_ROWS_SCRIPT, mode],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0 and "no rows" in done.stdout, done.stderr[-3000:]
+
+
+def test_arrow_sources_read_batches_without_python_rows() -> None:
+    """``iterate_batches``, shuffles, concats and ``take_batch`` never make rows."""
+    run_without_rows("sources")
+
+
+@pytest.mark.xfail(strict=True, reason="needs core: Arrow sources flow as record batches")
+def test_the_loader_path_creates_no_python_rows() -> None:
+    """Arrow sources reach the loader's batches without ``to_pylist`` / ``as_py``."""
+    run_without_rows("loader")
