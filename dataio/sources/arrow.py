@@ -228,6 +228,7 @@ class ArrowStreamSource(Source):
         self._length_fn = length
         self._schema: pa.Schema | None = None
         self._length: int | None = None
+        self._rows_last_pass = 0
         self._pending: pa.RecordBatchReader | None = None
         self.mode = mode
         self.what = what
@@ -262,7 +263,23 @@ class ArrowStreamSource(Source):
         """Export the object again and stream its record batches."""
         self.arrow_schema()
         reader, self._pending = self._pending, None
-        return _read_batches(reader or self._reader(), self.what)
+        return self._counted(_read_batches(reader or self._reader(), self.what))
+
+    def _counted(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        # A one-shot stream (a consumed reader behind __arrow_c_stream__) exports again
+        # as an empty stream: refuse that instead of training on an empty epoch.
+        rows = 0
+        for batch in batches:
+            rows += batch.num_rows
+            yield batch
+        if rows == 0 and self._rows_last_pass:
+            raise DataioError(
+                f"{self.what} gave no rows on this pass after {self._rows_last_pass} on the "
+                "last: its Arrow stream can be exported only once; bind an object that "
+                "exports again (a table, a polars or duckdb object), or read it once with "
+                "pyarrow.RecordBatchReader.from_stream(x)"
+            )
+        self._rows_last_pass = rows
 
     def iterate(self) -> Iterator[dict[str, Any]]:
         """The rows as dicts, in order (the Python path)."""

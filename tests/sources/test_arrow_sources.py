@@ -402,6 +402,15 @@ def test_c_stream_objects_are_exported_again_every_pass_and_schema_costs_no_expo
     assert obj.exports == 2
 
 
+def test_a_one_shot_c_stream_is_refused_on_its_second_pass() -> None:
+    table = make_table()
+    one_shot = dataio.sql("SELECT * FROM t ORDER BY v", t=table).collect_arrow_stream()
+    source = dataio.records(one_shot)
+    assert flat(values(pipe().bind(source).run())) == list(range(N))
+    with pytest.raises(DataioError, match="exported only once"):
+        list(pipe().bind(source).run())
+
+
 def test_a_schema_that_changes_between_passes_is_an_error() -> None:
     obj = CStream(make_table())
     source = dataio.records(obj)
