@@ -69,6 +69,14 @@ class ArrowTableSource(IndexedSource):
         self._offsets: np.ndarray | None = None
         self._takeable: pa.Table | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        # once exported, the table travels instead of the object (an in-memory
+        # pyarrow dataset does not pickle); the gather copy is rebuilt on demand
+        state = {**self.__dict__, "_takeable": None, "_offsets": None}
+        if self._table is not None:
+            state["_load"] = None
+        return state
+
     @property
     def table(self) -> pa.Table:
         """The rows as a ``pa.Table`` (exported from the object on first use)."""
@@ -232,6 +240,10 @@ class ArrowStreamSource(Source):
         self._pending: pa.RecordBatchReader | None = None
         self.mode = mode
         self.what = what
+
+    def __getstate__(self) -> dict[str, Any]:
+        # an open reader kept for the next pass does not travel (to worker processes)
+        return {**self.__dict__, "_pending": None}
 
     def _reader(self) -> pa.RecordBatchReader:
         reader = _arrow_call(self._open, self.what)

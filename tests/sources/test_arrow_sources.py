@@ -552,3 +552,15 @@ def test_arrow_sources_read_batches_without_python_rows() -> None:
 def test_the_loader_path_creates_no_python_rows() -> None:
     """Arrow sources reach the loader's batches without ``to_pylist`` / ``as_py``."""
     run_without_rows("loader")
+
+
+@pytest.mark.parametrize("kind", ["table", "polars", "polars_lazy", "dataset_memory", "c_stream"])
+def test_sources_pickle_after_their_schema_was_read(objects, kind) -> None:
+    """Worker processes receive sources pickled; an open reader or a dataset stays behind."""
+    import pickle
+
+    source = dataio.records(objects[kind]())
+    source.describe()  # opens a reader (streams) or exports the table (indexed)
+    copy = pickle.loads(pickle.dumps(source))
+    assert [r["v"] for r in copy.iterate()] == list(range(N))
+    assert copy.signature() == source.signature()
