@@ -66,13 +66,14 @@ class ArrowTableSource(IndexedSource):
         self._load = table if callable(table) else None
         self.mode = mode
         self.what = what
+        self._batches: list[pa.RecordBatch] | None = None
         self._offsets: np.ndarray | None = None
-        self._takeable: pa.Table | None = None
+        self._takeable: pa.RecordBatch | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # once exported, the table travels instead of the object (an in-memory
         # pyarrow dataset does not pickle); the gather copy is rebuilt on demand
-        state = {**self.__dict__, "_takeable": None, "_offsets": None}
+        state = {**self.__dict__, "_takeable": None, "_batches": None, "_offsets": None}
         if self._table is not None:
             state["_load"] = None
         return state
@@ -139,18 +140,20 @@ class ArrowTableSource(IndexedSource):
         return self._gather(wanted)
 
     def _gather(self, wanted: np.ndarray) -> pa.RecordBatch:
-        """Arrow's ``take``; view columns (polars' strings), which it cannot gather, are
-        gathered from a copy in the matching large type and cast back."""
+        """Arrow's ``take`` over a single-chunk version of the table.
+
+        Arrow's chunked ``take`` concatenates variable-width chunks on every call, so a
+        table of several chunks is combined once (one copy, kept). View columns (polars'
+        strings), which ``take`` cannot gather, are gathered in the matching large type
+        and cast back.
+        """
         import pyarrow as pa
 
         schema = self.table.schema
         if self._takeable is None:
-            target = pa.schema([f.with_type(_takeable_type(f.type)) for f in schema])
-            same = target.equals(schema)
-            self._takeable = self.table if same else self.table.cast(target)
+            self._takeable = _takeable_batch(self.table)
         try:
-            taken = self._takeable.take(pa.array(wanted)).combine_chunks()
-            batch = taken.to_batches()[0]
+            batch = self._takeable.take(pa.array(wanted))
             return batch if batch.schema.equals(schema) else batch.cast(schema)
         except pa.ArrowException as exc:
             raise DataioError(
@@ -160,14 +163,15 @@ class ArrowTableSource(IndexedSource):
 
     def _slices(self, start: int, count: int) -> list[pa.RecordBatch]:
         """Zero-copy slices of the table's batches covering ``count`` rows from ``start``."""
-        batches = self.table.to_batches()
-        if self._offsets is None:
-            self._offsets = np.cumsum([0, *(b.num_rows for b in batches)])
+        if self._batches is None:
+            self._batches = self.table.to_batches()
+            self._offsets = np.cumsum([0, *(b.num_rows for b in self._batches)])
+        batches, offsets = self._batches, self._offsets
+        assert offsets is not None
         out = []
-        index = int(np.searchsorted(self._offsets, start, side="right")) - 1
+        index = int(np.searchsorted(offsets, start, side="right")) - 1
         while count > 0:
-            offset = start - int(self._offsets[index])
-            piece = batches[index].slice(offset, count)
+            piece = batches[index].slice(start - int(offsets[index]), count)
             if piece.num_rows:
                 out.append(piece)
             start += piece.num_rows
@@ -203,6 +207,21 @@ def _takeable_type(t: pa.DataType) -> pa.DataType:
             [t.field(i).with_type(_takeable_type(t.field(i).type)) for i in range(t.num_fields)]
         )
     return t
+
+
+def _takeable_batch(table: pa.Table) -> pa.RecordBatch:
+    """The table as one batch that ``take`` can gather from (view types made large)."""
+    import pyarrow as pa
+
+    target = pa.schema([f.with_type(_takeable_type(f.type)) for f in table.schema])
+    if not target.equals(table.schema):
+        table = table.cast(target)
+    batches = table.combine_chunks().to_batches()
+    if len(batches) == 1:
+        return batches[0]
+    return pa.RecordBatch.from_arrays(
+        [pa.array([], type=f.type) for f in target], schema=target
+    )  # a table without rows
 
 
 def _empty_batch(table: pa.Table) -> pa.RecordBatch:

@@ -564,3 +564,19 @@ def test_sources_pickle_after_their_schema_was_read(objects, kind) -> None:
     copy = pickle.loads(pickle.dumps(source))
     assert [r["v"] for r in copy.iterate()] == list(range(N))
     assert copy.signature() == source.signature()
+
+
+@pytest.mark.parametrize("n", [1, 2, 23, 1000, 4097])
+@pytest.mark.parametrize("seed", [0, 7, 2**63 + 5])
+def test_a_tabulated_permutation_equals_the_per_call_one(monkeypatch, n, seed) -> None:
+    """Small shuffles compute the epoch's order once; it is the same order."""
+    from dataio.sources import permutation
+
+    indices = np.random.default_rng(seed % 1000).integers(0, n, size=300)
+    tabulated = permutation.FeistelPermutation(n, seed).many(indices.tolist())
+    monkeypatch.setattr(permutation, "TABULATE_ROWS", 0)
+    per_call = permutation.FeistelPermutation(n, seed)
+    assert tabulated == per_call.many(indices.tolist()) == [per_call[i] for i in indices.tolist()]
+    assert sorted(per_call.many(list(range(n)))) == list(range(n))
+    with pytest.raises(IndexError):
+        per_call.many([n])
