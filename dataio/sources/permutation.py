@@ -82,7 +82,11 @@ class FeistelPermutation:
         if self.n > TABULATE_ROWS:
             return self._walk(values.astype(np.uint64)).astype(np.int64)
         if self._order is None:
-            self._order = self._walk(np.arange(self.n, dtype=np.uint64)).astype(np.int32)
+            order = np.empty(self.n, dtype=np.int32)
+            for start in range(0, self.n, 1 << 18):  # blocks bound the temporaries
+                block = np.arange(start, min(start + (1 << 18), self.n), dtype=np.uint64)
+                order[start : start + block.size] = self._walk(block)
+            self._order = order
         return self._order[values].astype(np.int64)
 
     def _walk(self, values: np.ndarray) -> np.ndarray:
