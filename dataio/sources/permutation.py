@@ -128,6 +128,8 @@ class PermutedIndexed(IndexedSource):
         """The same shuffle, permuted for ``epoch``."""
         copy = PermutedIndexed(self.parent.at_epoch(epoch), self.seed, self.reshuffle)  # type: ignore[arg-type]
         copy.epoch = epoch
+        if epoch == self.epoch or not self.reshuffle:
+            copy._perm = self._perm  # the same order: keep a tabulated permutation
         return copy
 
     def _permutation(self) -> FeistelPermutation:
@@ -154,7 +156,12 @@ class PermutedIndexed(IndexedSource):
 
     def take_batch(self, positions: Sequence[int]) -> Any:
         """Forward the remapped positions to the parent's batch read."""
-        return self.parent.take_batch(self._permutation().many(positions))
+        from dataio.sources.arrow import ArrowTableSource
+
+        order = self._permutation()
+        if isinstance(self.parent, ArrowTableSource):  # takes the array as it is
+            return self.parent.take_batch(order.array(positions))
+        return self.parent.take_batch(order.many(positions))
 
     def iterate_batches(self) -> Iterator[Any]:
         """The permuted rows as record batches, gathered block by block from the parent."""
