@@ -356,7 +356,14 @@ class NotACapsule:
         return "not a capsule"
 
 
-@pytest.mark.parametrize("bad", [Exploding, NotACapsule])
+class NotATable:
+    """A stream of plain integers: not record batches (no struct type)."""
+
+    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
+        return pa.chunked_array([[1, 2, 3]]).__arrow_c_stream__(requested_schema)
+
+
+@pytest.mark.parametrize("bad", [Exploding, NotACapsule, NotATable])
 def test_a_failing_c_stream_export_is_a_dataio_error_naming_the_object(bad) -> None:
     source = dataio.records(bad())  # lazy: nothing exported yet
     with pytest.raises(DataioError, match=bad.__name__) as info:
