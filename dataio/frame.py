@@ -39,7 +39,7 @@ from dataio.frame_plan import (
     WithColumns,
     walk,
 )
-from dataio.sources.base import Source
+from dataio.sources.base import IndexedSource, Source
 
 if TYPE_CHECKING:
     import polars
@@ -71,18 +71,21 @@ EXTENSIONS: dict[str, tuple[str, ...]] = {
     "tfrecord": (".tfrecord", ".tfrecords", ".tfr", ".tfrecord.gz", ".tfrecords.gz", ".tfr.gz"),
 }
 JOINS = ("inner", "left", "right", "full", "semi", "anti")
+_UNSET = object()
 
 
 class LazyFrame(Source):
     """A query plan over files or Arrow data; run by DataFusion when a terminal is called.
 
-    A frame is also a record source: ``pipe.bind(frame)`` streams its rows (dicts) in a
-    fixed order, with sharding and exact resume.
+    A frame is also a record source: ``pipe.bind(frame)`` streams its record batches in
+    a fixed order, with sharding and exact resume; frames over local Parquet/Feather
+    scans are also read by position (:meth:`by_position`) for shuffles and shards.
     """
 
     def __init__(self, node: Node, schema: pa.Schema) -> None:
         self._node = node
         self._schema = schema
+        self._rows: IndexedSource | object | None = _UNSET
 
     # -- introspection -----------------------------------------------------------------
 
@@ -305,16 +308,72 @@ class LazyFrame(Source):
 
     # -- record source -----------------------------------------------------------------
 
-    def iterate(self) -> Iterator[dict[str, Any]]:
-        """The rows as dicts, batch by batch, in the same order on every pass."""
+    def arrow_schema(self) -> pa.Schema:
+        """The frame's schema: a pass can always be read as record batches."""
+        return self._schema
+
+    def iterate_batches(self) -> Iterator[pa.RecordBatch]:
+        """The results as DataFusion streams them, in the same order on every pass; no rows."""
         from dataio.engine.run import stream_batches
 
         batches = stream_batches(self._node)
         try:
-            for batch in batches:
-                yield from batch.to_pylist()
+            yield from batches
         finally:
             batches.close()  # type: ignore[attr-defined]
+
+    def by_position(self) -> IndexedSource | None:
+        """The frame's rows read by position, when its plan fixes them; else ``None``.
+
+        Bare scans of local Parquet or Feather files, with column projections (renames
+        too) and limits, are addressable: shuffles and shards then read only the row
+        groups / record batches holding their rows. Filters, joins, SQL, sorts,
+        aggregates, new columns, remote files and other formats are not.
+
+        Example:
+            >>> dataio.scan_parquet("/d/t.parquet").select("jpeg").by_position()  # doctest: +SKIP
+        """
+        if self._rows is _UNSET:
+            from dataio.engine.frame_rows import frame_rows
+
+            self._rows = frame_rows(self)  # a view: the frame stays a value
+        return self._rows  # type: ignore[return-value]
+
+    def iterate(self) -> Iterator[dict[str, Any]]:
+        """The rows as dicts, batch by batch, in the same order on every pass."""
+        for batch in self.iterate_batches():
+            yield from batch.to_pylist()
+
+    def shuffle(
+        self, *, seed: int, buffer_size: int | None = None, reshuffle_each_epoch: bool = True
+    ) -> Source:
+        """Shuffle the frame's rows, seeded by ``seed`` and the loader's epoch.
+
+        Without ``buffer_size`` an addressable frame (see :meth:`by_position`) is read in
+        a seeded permutation of its positions: each batch reads only the row groups
+        holding its rows, never the whole frame. Other frames raise :class:`PlanError`:
+        pass ``buffer_size`` to mix a bounded window of the stream instead.
+
+        Example:
+            >>> dataio.scan_parquet("/data/*.parquet").shuffle(seed=0)  # doctest: +SKIP
+        """
+        if buffer_size is not None:
+            return super().shuffle(
+                seed=seed, buffer_size=buffer_size, reshuffle_each_epoch=reshuffle_each_epoch
+            )
+        # the same argument checks as every shuffle (a buffered one is only built, not read)
+        super().shuffle(seed=seed, buffer_size=1, reshuffle_each_epoch=reshuffle_each_epoch)
+        rows = self.by_position()
+        if rows is None:
+            from dataio.engine.frame_rows import unaddressable_reason
+
+            raise PlanError(
+                f"a full shuffle needs rows addressable by position, and this frame's are "
+                f"not: {unaddressable_reason(self)}; pass buffer_size= for a bounded "
+                "shuffle of the stream (e.g. shuffle(seed=0, buffer_size=4096)), or shuffle "
+                "a frame that only scans, selects and limits local Parquet/Feather files"
+            )
+        return rows.shuffle(seed=seed, reshuffle_each_epoch=reshuffle_each_epoch)
 
     def describe(self) -> dict[str, Any]:
         """The plan: scans (paths as given, options), steps and expressions."""
@@ -326,32 +385,10 @@ class LazyFrame(Source):
         return any(not isinstance(n, Scan | Memory) for n in walk(self._node))
 
     def length(self) -> int | None:
-        """The row count of a bare Parquet or Feather scan (from metadata), else ``None``."""
-        node = self._node
-        if not isinstance(node, Scan) or node.format not in ("parquet", "feather"):
-            return None
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        from dataio.formats._arrow import check_regular, open_error
-
-        total = 0
-        for path in node.files:
-            try:
-                check_regular(path, node.label())
-                if node.format == "parquet":
-                    total += pq.read_metadata(path).num_rows
-                else:
-                    with pa.memory_map(path) as source:
-                        reader = pa.ipc.open_file(source)
-                        total += sum(
-                            reader.get_batch(i).num_rows for i in range(reader.num_record_batches)
-                        )
-            except pa.ArrowException as exc:
-                raise FormatError(f"{node.label()}: cannot read {path!r}: {exc}") from None
-            except OSError as exc:
-                raise open_error(exc, path, node.label()) from None
-        return total
+        """The row count of an addressable frame (:meth:`by_position`), from file
+        metadata; ``None`` for others (known only by running them)."""
+        rows = self.by_position()
+        return None if rows is None else rows.length()
 
     # -- display -----------------------------------------------------------------------
 
