@@ -39,6 +39,10 @@ __all__ = ["Addressed", "FrameRows", "ShardPositions", "addressable", "frame_row
 #: decoded once, not once per batch.
 CACHE_BYTES = 256 << 20
 
+#: Feather files kept open (memory-mapped) at once: a scan of thousands of files must not
+#: hold a descriptor for each.
+OPEN_FILES = 64
+
 _FORMATS = ("parquet", "feather")
 
 
@@ -180,7 +184,7 @@ class FrameRows(IndexedSource):
         self._lock = threading.Lock()
         self._cache: OrderedDict[tuple[int, int], pa.Table] = OrderedDict()
         self._cached_bytes = 0
-        self._readers: dict[int, Any] = {}  # Feather: an open memory-mapped reader per file
+        self._readers: OrderedDict[int, Any] = OrderedDict()  # Feather: open memory maps
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -266,21 +270,29 @@ class FrameRows(IndexedSource):
         scan_pos = wanted + self.addressed.offset
         blocks = self._layout()
         number = np.searchsorted(self._starts, scan_pos, side="right") - 1
-        needed = sorted(set(number.tolist()))
-        tables = self._blocks_read([blocks[i] for i in needed])
-        base = {}  # block number -> first row in the concatenation
-        offset = 0
-        for i, table in zip(needed, tables, strict=True):
-            base[i] = offset - blocks[i].start
-            offset += table.num_rows
-        table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-        shift = np.asarray([base[i] for i in needed])[np.searchsorted(needed, number)]
-        local = scan_pos + shift
-        if wanted.size > 1 and bool(np.all(np.diff(local) == 1)):
-            out = table.slice(int(local[0]), int(wanted.size))
-        else:
-            out = table.take(pa.array(local, pa.int64()))
-        return _one_batch(out, self._schema)
+        local = scan_pos - self._starts[number]  # row within its block
+        needed = np.unique(number)
+        tables = self._blocks_read([blocks[i] for i in needed.tolist()])
+        if wanted.size > 1 and bool(np.all(np.diff(scan_pos) == 1)):
+            # an ascending run: slices of the blocks, no gather
+            first, last = int(local[0]), int(local[-1]) + 1
+            parts = [t.slice(first if k == 0 else 0) for k, t in enumerate(tables)]
+            parts[-1] = parts[-1].slice(0, last - (first if len(parts) == 1 else 0))
+            return _one_batch(pa.concat_tables(parts), self._schema)
+        if len(tables) == 1:
+            return _one_batch(tables[0].take(pa.array(local)), self._schema)
+        # Gather block by block (a take over all blocks at once would first concatenate
+        # them, copying every cached row group), then put the rows in the order asked.
+        order = np.argsort(number, kind="stable")
+        bounds = [*np.searchsorted(number[order], needed, side="left").tolist(), wanted.size]
+        parts = [
+            table.take(pa.array(local[order[lo:hi]]))
+            for table, lo, hi in zip(tables, bounds, bounds[1:], strict=False)
+        ]
+        inverse = np.empty_like(order)
+        inverse[order] = np.arange(order.size)
+        gathered = _one_batch(pa.concat_tables(parts), self._schema)
+        return gathered.take(pa.array(inverse))
 
     def shard_positions(self, rank: int, world: int, *, pad: bool) -> ShardPositions:
         """A contiguous run of positions for rank ``rank`` of ``world``; equal counts.
@@ -366,6 +378,7 @@ class FrameRows(IndexedSource):
                 missing.setdefault(block.file, []).append(block.index)
         for file, indices in missing.items():
             for index, table in zip(indices, self._read(file, indices), strict=True):
+                table = table.combine_chunks()  # one chunk: takes then need no concatenation
                 found[(file, index)] = table
                 self._remember((file, index), table)
         return [found[(b.file, b.index)] for b in blocks]
@@ -450,6 +463,9 @@ class FrameRows(IndexedSource):
                 check_ipc_file(path, scan.label())
                 reader = pa.ipc.open_file(pa.memory_map(path))
                 self._readers[file] = reader
+                if len(self._readers) > OPEN_FILES:
+                    self._readers.popitem(last=False)  # its batches keep their mapping
+            self._readers.move_to_end(file)
         wanted = self._file_columns()
         out = []
         for index in indices:

@@ -472,3 +472,21 @@ def test_a_damaged_feather_file_is_a_format_error(tmp_path: Path) -> None:
     path.write_bytes(bytes(raw))
     with pytest.raises(FormatError, match=r"damaged\.arrow"):
         rows_of(frame).take_batch([1])
+
+
+def test_threads_share_one_view(data: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    import dataio.engine.frame_rows as frame_rows
+
+    monkeypatch.setattr(frame_rows, "CACHE_BYTES", 4096)  # evictions while others read
+    monkeypatch.setattr(frame_rows, "OPEN_FILES", 1)
+    n = data["whole"].num_rows
+    rng = np.random.default_rng(4)
+    asks = [rng.integers(0, n, 40).tolist() for _ in range(48)]
+    for frame in (parquet(data), scan_feather(data["root"] / "lz4.arrow")):
+        rows = rows_of(frame)
+        with ThreadPoolExecutor(4) as pool:
+            got = list(pool.map(rows.take_batch, asks))
+        for ask, batch in zip(asks, got, strict=True):
+            assert batch.column("id").to_pylist() == ask
