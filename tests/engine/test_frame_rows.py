@@ -389,7 +389,9 @@ def test_frames_without_positions_need_a_buffer_to_shuffle(data, tmp_path: Path)
         with pytest.raises(PlanError, match=rf"(?s){why}.*buffer_size="):
             frame.shuffle(seed=0)
         buffered = frame.shuffle(seed=0, buffer_size=8)
-        assert sorted(map(repr, buffered.iterate())) == sorted(map(repr, frame.collect()))
+        assert sorted(map(repr, buffered.iterate())) == sorted(
+            map(repr, frame.collect().to_pylist())
+        )
     with pytest.raises(PlanError, match="seed"):
         parquet(data).filter(col("id") > 1).shuffle(seed=-1)  # arguments are checked first
 
