@@ -44,6 +44,7 @@ CACHE_BYTES = 256 << 20
 OPEN_FILES = 64
 
 _FORMATS = ("parquet", "feather")
+_MAX_ROWS = 1 << 62
 
 
 @dataclass(frozen=True)
@@ -358,6 +359,11 @@ class FrameRows(IndexedSource):
             except OSError as exc:
                 raise open_error(exc, path, scan.label()) from None
             for index, rows in enumerate(sizes):
+                if rows < 0 or start + rows >= _MAX_ROWS:  # positions must fit in int64
+                    raise FormatError(
+                        f"{scan.label()}: {path!r} declares {rows} rows in block {index}; "
+                        "the file is damaged"
+                    )
                 if rows:
                     blocks.append(_Block(number, index, start, rows))
                     start += rows

@@ -492,3 +492,27 @@ def test_threads_share_one_view(data: dict[str, Any], monkeypatch: pytest.Monkey
             got = list(pool.map(rows.take_batch, asks))
         for ask, batch in zip(asks, got, strict=True):
             assert batch.column("id").to_pylist() == ask
+
+
+def varint(value: int) -> bytes:
+    out = b""
+    while True:
+        low, value = value & 0x7F, value >> 7
+        if not value:
+            return out + bytes([low])
+        out += bytes([low | 0x80])
+
+
+def test_a_negative_row_count_is_a_format_error(tmp_path: Path) -> None:
+    path = tmp_path / "negative.parquet"
+    write_groups(path, part(0, 64).select(["id"]), [32, 32])
+    raw = bytearray(path.read_bytes())
+    size = pq.read_metadata(path).row_group(1).total_byte_size
+    # RowGroup's total_byte_size and num_rows (thrift compact i64 fields: zigzag varints)
+    found = b"\x16" + varint(2 * size) + b"\x16" + varint(2 * 32)
+    at = raw.rfind(found) + len(found) - 1
+    raw[at] = 0x01  # num_rows of the second row group: -1
+    path.write_bytes(bytes(raw))
+    assert pq.read_metadata(path).row_group(1).num_rows == -1  # the footer still parses
+    with pytest.raises(FormatError, match=r"negative\.parquet.*declares -1 rows"):
+        scan_parquet(path).length()
