@@ -161,6 +161,18 @@ class ShardPositions(Sequence[int]):
         n = len(self.run)
         return self.run[index] if index < n else self.padding[index - n]
 
+    def __iter__(self) -> Iterator[int]:
+        yield from self.run
+        yield from self.padding
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        """The positions as one NumPy array (``np.asarray`` without a Python loop)."""
+        import numpy as np
+
+        run = np.arange(self.run.start, self.run.stop, dtype=np.int64)
+        out = np.concatenate([run, np.asarray(self.padding, dtype=np.int64)])
+        return out if dtype is None else out.astype(dtype)
+
     def __repr__(self) -> str:
         return f"ShardPositions({self.run!r}, padding={list(self.padding)!r})"
 

@@ -289,6 +289,8 @@ def test_shard_positions_slices() -> None:
     assert positions[1:3] == range(11, 13)
     assert list(positions[3:]) == [13, 10]
     assert positions[-1] == 10
+    assert np.asarray(positions).tolist() == list(positions)
+    assert np.asarray(ShardPositions(range(3, 3))).dtype == np.int64
     with pytest.raises(IndexError):
         positions[5]
 
