@@ -17,6 +17,7 @@ downloaded or streamed by DataFusion) and CSV/JSON/TFRecord scans are not addres
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -190,12 +191,14 @@ class FrameRows(IndexedSource):
         self._schema = frame.schema
         self._blocks: list[_Block] | None = None
         self._starts: Any = None  # numpy int64: each block's first scan position
+        self._start_list: list[int] = []
+        self._length = 0
         self._metadata: list[Any] = []  # Parquet FileMetaData per file
         self._init_state()
 
     def _init_state(self) -> None:
         self._lock = threading.Lock()
-        self._cache: OrderedDict[tuple[int, int], pa.Table] = OrderedDict()
+        self._cache: OrderedDict[tuple[int, int], pa.RecordBatch] = OrderedDict()
         self._cached_bytes = 0
         self._readers: OrderedDict[int, Any] = OrderedDict()  # Feather: open memory maps
 
@@ -226,11 +229,8 @@ class FrameRows(IndexedSource):
 
     def length(self) -> int:
         """The frame's row count, from file metadata."""
-        blocks = self._layout()
-        total = blocks[-1].start + blocks[-1].rows if blocks else 0
-        offset, length = self.addressed.offset, self.addressed.length
-        rows = max(0, total - offset)
-        return rows if length is None else min(rows, length)
+        self._layout()
+        return self._length
 
     def get(self, index: int) -> dict[str, Any]:
         """The row at ``index`` as a dict."""
@@ -262,8 +262,9 @@ class FrameRows(IndexedSource):
     def take_batch(self, positions: Sequence[int]) -> pa.RecordBatch:
         """The rows at ``positions`` as one batch, in the order given, duplicates included.
 
-        Reads only the blocks holding them (cached, see ``CACHE_BYTES``); a contiguous
-        ascending run comes back as a slice (no copy beyond the block's decode).
+        Reads only the blocks holding them (cached, see ``CACHE_BYTES``); a run of
+        consecutive positions (a ``range`` is checked in O(1)) inside one block comes back
+        as a zero-copy slice of it.
 
         Example:
             >>> rows = dataio.scan_parquet("t.parquet").by_position()  # doctest: +SKIP
@@ -272,40 +273,54 @@ class FrameRows(IndexedSource):
         import numpy as np
         import pyarrow as pa
 
-        wanted = np.asarray(positions, dtype=np.int64).reshape(-1)
         n = self.length()
+        if isinstance(positions, range) and positions.step == 1:
+            if not positions:
+                return _empty_batch(self._schema)
+            _check_range(positions.start, positions.stop - 1, n)
+            return self._run(positions.start, positions.stop)
+        wanted = np.asarray(positions, dtype=np.int64).reshape(-1)
         if wanted.size == 0:
             return _empty_batch(self._schema)
-        low, high = int(wanted.min()), int(wanted.max())
-        if low < 0 or high >= n:
-            bad = low if low < 0 else high
-            raise OutOfRangeError(f"position {bad} is outside the frame's {n} rows")
+        _check_range(int(wanted.min()), int(wanted.max()), n)
+        if wanted.size > 1 and bool(np.all(np.diff(wanted) == 1)):
+            return self._run(int(wanted[0]), int(wanted[-1]) + 1)
         scan_pos = wanted + self.addressed.offset
         blocks = self._layout()
         number = np.searchsorted(self._starts, scan_pos, side="right") - 1
         local = scan_pos - self._starts[number]  # row within its block
         needed = np.unique(number)
-        tables = self._blocks_read([blocks[i] for i in needed.tolist()])
-        if wanted.size > 1 and bool(np.all(np.diff(scan_pos) == 1)):
-            # an ascending run: slices of the blocks, no gather
-            first, last = int(local[0]), int(local[-1]) + 1
-            parts = [t.slice(first if k == 0 else 0) for k, t in enumerate(tables)]
-            parts[-1] = parts[-1].slice(0, last - (first if len(parts) == 1 else 0))
-            return _one_batch(pa.concat_tables(parts), self._schema)
-        if len(tables) == 1:
-            return _one_batch(tables[0].take(pa.array(local)), self._schema)
+        batches = self._blocks_read([blocks[i] for i in needed.tolist()])
+        if len(batches) == 1:
+            return batches[0].take(pa.array(local))
         # Gather block by block (a take over all blocks at once would first concatenate
         # them, copying every cached row group), then put the rows in the order asked.
         order = np.argsort(number, kind="stable")
         bounds = [*np.searchsorted(number[order], needed, side="left").tolist(), wanted.size]
         parts = [
-            table.take(pa.array(local[order[lo:hi]]))
-            for table, lo, hi in zip(tables, bounds, bounds[1:], strict=False)
+            batch.take(pa.array(local[order[lo:hi]]))
+            for batch, lo, hi in zip(batches, bounds, bounds[1:], strict=False)
         ]
         inverse = np.empty_like(order)
         inverse[order] = np.arange(order.size)
-        gathered = _one_batch(pa.concat_tables(parts), self._schema)
-        return gathered.take(pa.array(inverse))
+        return pa.concat_batches(parts).take(pa.array(inverse))
+
+    def _run(self, start: int, stop: int) -> pa.RecordBatch:
+        """Frame positions ``start .. stop - 1``: slices of the blocks holding them."""
+        import pyarrow as pa
+
+        low, high = start + self.addressed.offset, stop + self.addressed.offset
+        blocks = self._layout()
+        first = bisect.bisect_right(self._start_list, low) - 1
+        last = bisect.bisect_right(self._start_list, high - 1) - 1
+        batches = self._blocks_read(blocks[first : last + 1])
+        if first == last:
+            return batches[0].slice(low - blocks[first].start, high - low)
+        parts = []
+        for batch, block in zip(batches, blocks[first : last + 1], strict=True):
+            begin = max(low - block.start, 0)
+            parts.append(batch.slice(begin, min(high - block.start, block.rows) - begin))
+        return pa.concat_batches(parts)
 
     def shard_positions(self, rank: int, world: int, *, pad: bool) -> ShardPositions:
         """A contiguous run of positions for rank ``rank`` of ``world``; equal counts.
@@ -339,8 +354,14 @@ class FrameRows(IndexedSource):
         if self._blocks is None:
             with self._lock:
                 if self._blocks is None:
-                    self._blocks = self._read_layout()
-                    self._starts = np.asarray([b.start for b in self._blocks], np.int64)
+                    blocks = self._read_layout()
+                    self._start_list = [b.start for b in blocks]
+                    self._starts = np.asarray(self._start_list, np.int64)
+                    total = blocks[-1].start + blocks[-1].rows if blocks else 0
+                    rows = max(0, total - self.addressed.offset)
+                    length = self.addressed.length
+                    self._length = rows if length is None else min(rows, length)
+                    self._blocks = blocks
         return self._blocks
 
     def _read_layout(self) -> list[_Block]:
@@ -381,9 +402,9 @@ class FrameRows(IndexedSource):
                     start += rows
         return blocks
 
-    def _blocks_read(self, blocks: list[_Block]) -> list[pa.Table]:
+    def _blocks_read(self, blocks: list[_Block]) -> list[pa.RecordBatch]:
         """The decoded blocks, from the cache or read (one read per file)."""
-        found: dict[tuple[int, int], pa.Table] = {}
+        found: dict[tuple[int, int], pa.RecordBatch] = {}
         with self._lock:
             for block in blocks:
                 key = (block.file, block.index)
@@ -396,17 +417,17 @@ class FrameRows(IndexedSource):
                 missing.setdefault(block.file, []).append(block.index)
         for file, indices in missing.items():
             for index, table in zip(indices, self._read(file, indices), strict=True):
-                table = table.combine_chunks()  # one chunk: takes then need no concatenation
-                found[(file, index)] = table
-                self._remember((file, index), table)
+                batch = _one_batch(table, self._schema)  # one chunk: takes need no concat
+                found[(file, index)] = batch
+                self._remember((file, index), batch)
         return [found[(b.file, b.index)] for b in blocks]
 
-    def _remember(self, key: tuple[int, int], table: pa.Table) -> None:
+    def _remember(self, key: tuple[int, int], batch: pa.RecordBatch) -> None:
         with self._lock:
             if key in self._cache:
                 return
-            self._cache[key] = table
-            self._cached_bytes += table.nbytes
+            self._cache[key] = batch
+            self._cached_bytes += batch.nbytes
             while self._cached_bytes > CACHE_BYTES and len(self._cache) > 1:
                 _, old = self._cache.popitem(last=False)
                 self._cached_bytes -= old.nbytes
@@ -516,6 +537,12 @@ class FrameRows(IndexedSource):
                     ) from None
             arrays.append(column)
         return pa.Table.from_arrays(arrays, schema=self._schema)
+
+
+def _check_range(low: int, high: int, n: int) -> None:
+    if low < 0 or high >= n:
+        bad = low if low < 0 else high
+        raise OutOfRangeError(f"position {bad} is outside the frame's {n} rows")
 
 
 def _one_batch(table: pa.Table, schema: pa.Schema) -> pa.RecordBatch:
