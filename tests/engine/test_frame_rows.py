@@ -131,6 +131,10 @@ def test_contiguous_runs_and_whole_frames(data: dict[str, Any]) -> None:
         assert pa.Table.from_batches([rows.take_batch(range(n))]).equals(oracle.cast(frame.schema))
         run = rows.take_batch(range(n // 3, n // 3 + 45))  # crosses row-group boundaries
         assert run.to_pylist() == oracle.slice(n // 3, 45).to_pylist()
+        assert rows.take_batch(list(range(n // 3, n // 3 + 45))).equals(run)
+        assert rows.take_batch(range(n - 7, n)).to_pylist() == oracle.slice(n - 7).to_pylist()
+        stepped = rows.take_batch(range(n - 1, 0, -3))
+        assert stepped.to_pylist() == oracle.take(list(range(n - 1, 0, -3))).to_pylist()
         assert rows.take_batch([]).num_rows == 0
         assert rows.take_batch([]).schema.equals(frame.schema)
         # the indexed view streams the same rows as DataFusion, in the same order
