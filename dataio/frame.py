@@ -325,10 +325,10 @@ class LazyFrame(Source):
     def by_position(self) -> IndexedSource | None:
         """The frame's rows read by position, when its plan fixes them; else ``None``.
 
-        Bare scans of local Parquet or Feather files, with column projections (renames
-        too) and limits, are addressable: shuffles and shards then read only the row
-        groups / record batches holding their rows. Filters, joins, SQL, sorts,
-        aggregates, new columns, remote files and other formats are not.
+        Scans of local Parquet or Feather files under projections, new columns and
+        limits are addressable: shuffles and shards then read only the row groups /
+        record batches holding their rows (computed columns run on the rows read).
+        Filters, joins, SQL, sorts, aggregates, remote files and other formats are not.
 
         Example:
             >>> dataio.scan_parquet("/d/t.parquet").select("jpeg").by_position()  # doctest: +SKIP
@@ -371,7 +371,8 @@ class LazyFrame(Source):
                 f"a full shuffle needs rows addressable by position, and this frame's are "
                 f"not: {unaddressable_reason(self)}; pass buffer_size= for a bounded "
                 "shuffle of the stream (e.g. shuffle(seed=0, buffer_size=4096)), or shuffle "
-                "a frame that only scans, selects and limits local Parquet/Feather files"
+                "a frame that scans local Parquet/Feather files with only select, with_columns "
+                "and limit steps"
             )
         return rows.shuffle(seed=seed, reshuffle_each_epoch=reshuffle_each_epoch)
 

@@ -1,16 +1,18 @@
 """Frames read by position: the rows of local Parquet and Feather scans, addressed by number.
 
-A frame whose plan is a bare scan of local Parquet or Feather files, under column
-projections (renames included) and limits only, numbers its rows: position ``p`` is the
-``p``-th row of the frame's stream (files in order, then rows). :class:`FrameRows` reads
+A frame whose plan is a scan of local Parquet or Feather files under projections, new
+columns and limits only (steps that map rows one to one) numbers its rows: position ``p``
+is the ``p``-th row of the frame's stream (files in order, then rows). :class:`FrameRows` reads
 such positions without DataFusion, touching only the *blocks* that hold them: Parquet row
 groups (``ParquetFile.read_row_groups`` with the projected columns) or Feather record
 batches (from a memory map, no copy for uncompressed files). Shuffles permute positions
 (:class:`dataio.sources.permutation.PermutedIndexed`) and shards take contiguous position
-ranges (:meth:`FrameRows.shard_positions`), so neither reads the whole frame.
+ranges (:meth:`FrameRows.shard_positions`), so neither reads the whole frame. Columns
+that compute values (``col("x") * 2``, an op chain) are evaluated by DataFusion on each
+batch read, after the read.
 
-Filters, joins, SQL, sorts, aggregates and new columns change which row sits at which
-position; those frames, remote ones (``s3://`` and other object stores: their scans are
+Filters, joins, SQL, sorts and aggregates change which rows exist or their order; those
+frames, remote ones (``s3://`` and other object stores: their scans are
 downloaded or streamed by DataFusion) and CSV/JSON/TFRecord scans are not addressable:
 :func:`frame_rows` returns ``None`` and they stream.
 """
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
 from dataio.exceptions import FormatError, NotFoundError, OutOfRangeError
-from dataio.frame_plan import Limit, Node, Scan, Select
+from dataio.frame_plan import Limit, Memory, Node, Scan, Select, WithColumns
 from dataio.sources.base import IndexedSource
 
 if TYPE_CHECKING:
@@ -57,19 +59,23 @@ class Addressed:
         columns: ``(file column, output name)`` pairs in output order; ``None`` for all.
         offset: Scan position of the frame's row 0 (from limits).
         length: Rows the limits keep; ``None`` for all after ``offset``.
+        steps: Projections and new columns that compute values (``col("x") * 2``, an op
+            chain), bottom-up: run by DataFusion on each batch read. They map rows one
+            to one, so positions (and limits anywhere in the chain) are unchanged.
     """
 
     scan: Scan
     columns: tuple[tuple[str, str], ...] | None
     offset: int
     length: int | None
+    steps: tuple[Select | WithColumns, ...] = ()
 
 
 def addressable(node: Node) -> Addressed | Node:
     """The plan as positions over a scan, or the first node that prevents it."""
-    steps: list[Node] = []
-    while isinstance(node, Select | Limit):
-        steps.append(node)
+    chain: list[Select | WithColumns | Limit] = []
+    while isinstance(node, Select | WithColumns | Limit):
+        chain.append(node)
         node = node.input
     if not isinstance(node, Scan) or node.format not in _FORMATS:
         return node
@@ -79,22 +85,31 @@ def addressable(node: Node) -> Addressed | Node:
         return node
     columns: tuple[tuple[str, str], ...] | None = None
     offset, length = 0, None
-    for step in reversed(steps):  # bottom-up
+    steps: list[Select | WithColumns] = []
+    for step in reversed(chain):  # bottom-up
         if isinstance(step, Limit):
             offset, length = _compose(offset, length, step)
-            continue
-        assert isinstance(step, Select)
-        picked: list[tuple[str, str]] = []
-        for expr in step.exprs:
-            inner, name = (expr.args[0], expr.args[1]) if expr.op == "alias" else (expr, None)
-            if inner.op != "col":
-                return step
-            source = inner.args[0]
-            if columns is not None:  # a projection over an earlier one: map its outputs back
-                source = {out: src for src, out in columns}.get(source, source)
-            picked.append((source, name or inner.args[0]))
-        columns = tuple(picked)
-    return Addressed(node, columns, offset, length)
+        elif steps or isinstance(step, WithColumns) or (plain := _plain(step)) is None:
+            steps.append(step)  # computes values: from here on DataFusion runs the steps
+        else:
+            picked = []
+            for source, name in plain:
+                if columns is not None:  # over an earlier projection: map its outputs back
+                    source = {out: src for src, out in columns}.get(source, source)
+                picked.append((source, name))
+            columns = tuple(picked)
+    return Addressed(node, columns, offset, length, tuple(steps))
+
+
+def _plain(step: Select) -> list[tuple[str, str]] | None:
+    """``(input column, output name)`` for a projection of columns (renamed or not)."""
+    out = []
+    for expr in step.exprs:
+        inner, name = (expr.args[0], expr.args[1]) if expr.op == "alias" else (expr, None)
+        if inner.op != "col":
+            return None
+        out.append((inner.args[0], name or inner.args[0]))
+    return out
 
 
 def _compose(offset: int, length: int | None, step: Limit) -> tuple[int, int | None]:
@@ -122,7 +137,7 @@ def unaddressable_reason(frame: LazyFrame) -> str:
         if found.format not in _FORMATS:
             return f"it scans {found.format} files, which have no row index"
         return "it reads remote files (object stores stream; they are not read by position)"
-    return f"its plan has {found.label()}, which decides which rows exist or where they are"
+    return f"its plan has {found.label()}, which decides which rows exist or their order"
 
 
 @dataclass(frozen=True)
@@ -189,6 +204,7 @@ class FrameRows(IndexedSource):
         self.frame = frame
         self.addressed = addressed
         self._schema = frame.schema
+        self._base = self._schema if not addressed.steps else _base_schema(addressed)
         self._blocks: list[_Block] | None = None
         self._starts: Any = None  # numpy int64: each block's first scan position
         self._start_list: list[int] = []
@@ -255,7 +271,8 @@ class FrameRows(IndexedSource):
             if lo >= hi:
                 continue
             table = self._read(block.file, [block.index])[0]
-            yield from table.slice(lo - block.start, hi - lo).to_batches()
+            for batch in table.slice(lo - block.start, hi - lo).to_batches():
+                yield self._computed(batch)
 
     # -- positional reads ------------------------------------------------------------------
 
@@ -270,18 +287,22 @@ class FrameRows(IndexedSource):
             >>> rows = dataio.scan_parquet("t.parquet").by_position()  # doctest: +SKIP
             >>> rows.take_batch([5, 1, 5])  # doctest: +SKIP
         """
+        return self._computed(self._take_base(positions))
+
+    def _take_base(self, positions: Sequence[int]) -> pa.RecordBatch:
+        """The rows at ``positions`` as read from the files (before computed steps)."""
         import numpy as np
         import pyarrow as pa
 
         n = self.length()
         if isinstance(positions, range) and positions.step == 1:
             if not positions:
-                return _empty_batch(self._schema)
+                return _empty_batch(self._base)
             _check_range(positions.start, positions.stop - 1, n)
             return self._run(positions.start, positions.stop)
         wanted = np.asarray(positions, dtype=np.int64).reshape(-1)
         if wanted.size == 0:
-            return _empty_batch(self._schema)
+            return _empty_batch(self._base)
         _check_range(int(wanted.min()), int(wanted.max()), n)
         if wanted.size > 1 and bool(np.all(np.diff(wanted) == 1)):
             return self._run(int(wanted[0]), int(wanted[-1]) + 1)
@@ -417,7 +438,7 @@ class FrameRows(IndexedSource):
                 missing.setdefault(block.file, []).append(block.index)
         for file, indices in missing.items():
             for index, table in zip(indices, self._read(file, indices), strict=True):
-                batch = _one_batch(table, self._schema)  # one chunk: takes need no concat
+                batch = _one_batch(table, self._base)  # one chunk: takes need no concat
                 found[(file, index)] = batch
                 self._remember((file, index), batch)
         return [found[(b.file, b.index)] for b in blocks]
@@ -520,9 +541,9 @@ class FrameRows(IndexedSource):
         """``table`` with the frame's column names and types (nulls for absent columns)."""
         import pyarrow as pa
 
-        columns = self.addressed.columns or tuple((n, n) for n in self._schema.names)
+        columns = self.addressed.columns or tuple((n, n) for n in self._base.names)
         arrays = []
-        for (source, _), field in zip(columns, self._schema, strict=True):
+        for (source, _), field in zip(columns, self._base, strict=True):
             if source not in table.schema.names:
                 arrays.append(pa.nulls(table.num_rows, field.type))  # as DataFusion fills it
                 continue
@@ -536,13 +557,40 @@ class FrameRows(IndexedSource):
                         f"{column.type}, not the frame's {field.type}: {exc}"
                     ) from None
             arrays.append(column)
-        return pa.Table.from_arrays(arrays, schema=self._schema)
+        return pa.Table.from_arrays(arrays, schema=self._base)
+
+    def _computed(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch`` after the frame's computed steps (DataFusion, one small plan)."""
+        import dataclasses
+
+        import pyarrow as pa
+
+        if not self.addressed.steps:
+            return batch
+        if not batch.num_rows:
+            return _empty_batch(self._schema)
+        from dataio.engine.run import collect_table
+
+        node: Node = Memory(pa.Table.from_batches([batch]), "rows read by position")
+        for step in self.addressed.steps:
+            node = dataclasses.replace(step, input=node)
+        return _one_batch(collect_table(node), self._schema)
 
 
 def _check_range(low: int, high: int, n: int) -> None:
     if low < 0 or high >= n:
         bad = low if low < 0 else high
         raise OutOfRangeError(f"position {bad} is outside the frame's {n} rows")
+
+
+def _base_schema(addressed: Addressed) -> pa.Schema:
+    """The schema of the columns read from the files, before computed steps."""
+    import pyarrow as pa
+
+    schema = addressed.scan.schema
+    if addressed.columns is None:
+        return schema
+    return pa.schema([schema.field(src).with_name(out) for src, out in addressed.columns])
 
 
 def _one_batch(table: pa.Table, schema: pa.Schema) -> pa.RecordBatch:
