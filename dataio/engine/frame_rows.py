@@ -98,7 +98,16 @@ def addressable(node: Node) -> Addressed | Node:
                     source = {out: src for src, out in columns}.get(source, source)
                 picked.append((source, name))
             columns = tuple(picked)
+    if steps and isinstance(steps[0], Select):
+        columns = _referenced(steps[0], columns or tuple((n, n) for n in node.schema.names))
     return Addressed(node, columns, offset, length, tuple(steps))
+
+
+def _referenced(step: Select, columns: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """The columns a computing projection reads: the only ones worth decoding."""
+    names = {e.args[0] for expr in step.exprs for e in expr.walk() if e.op == "col"}
+    kept = tuple((src, out) for src, out in columns if out in names)
+    return kept or columns[:1]  # a projection of literals still needs the row count
 
 
 def _plain(step: Select) -> list[tuple[str, str]] | None:

@@ -537,3 +537,22 @@ def test_a_negative_row_count_is_a_format_error(tmp_path: Path) -> None:
     assert pq.read_metadata(path).row_group(1).num_rows == -1  # the footer still parses
     with pytest.raises(FormatError, match=r"negative\.parquet.*declares -1 rows"):
         scan_parquet(path).length()
+
+
+def test_a_computing_projection_decodes_only_its_columns(
+    data, row_group_reads, monkeypatch
+) -> None:
+    columns: list[Any] = []
+    many = pq.ParquetFile.read_row_groups
+
+    def record(self: pq.ParquetFile, row_groups: Any, *args: Any, **kwargs: Any) -> Any:
+        columns.append(kwargs.get("columns"))
+        return many(self, row_groups, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_groups", record)
+    frame = parquet(data).select((col("label") * 10).alias("l10"), "id")
+    batch = rows_of(frame).take_batch([3, 200, 3])
+    assert batch.to_pylist() == [{"l10": 30, "id": 3}, {"l10": 40, "id": 200}, {"l10": 30, "id": 3}]
+    assert columns and all(c == ["id", "label"] for c in columns)
+    constant = rows_of(parquet(data).select(dataio.lit(1).alias("one")))
+    assert constant.take_batch([0, 5]).to_pylist() == [{"one": 1}, {"one": 1}]
