@@ -16,16 +16,18 @@ Example:
 
 from __future__ import annotations
 
-import glob as globlib
 import html
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from dataio.exceptions import FormatError, NotFoundError, PlanError
+from dataio import runtime
+from dataio.exceptions import PlanError
 from dataio.expr import AGGREGATES, Expr, col
 from dataio.frame_plan import (
+    SOURCES,
     Aggregate,
+    FileRecords,
     Filter,
     Join,
     Limit,
@@ -37,8 +39,10 @@ from dataio.frame_plan import (
     Sort,
     Sql,
     WithColumns,
+    tree,
     walk,
 )
+from dataio.io.resolve import remote_prefix, resolve, spec_items
 from dataio.sources.base import IndexedSource, Source
 
 if TYPE_CHECKING:
@@ -105,9 +109,7 @@ class LazyFrame(Source):
         return self._node
 
     def _derive(self, node: Node) -> LazyFrame:
-        from dataio.engine.schema import plan_schema
-
-        return LazyFrame(node, plan_schema(node))
+        return LazyFrame(node, runtime.engine().plan_schema(node))
 
     # -- relational methods ------------------------------------------------------------
 
@@ -268,9 +270,7 @@ class LazyFrame(Source):
         Example:
             >>> dataio.scan_parquet("/data/shard.parquet").collect().num_rows  # doctest: +SKIP
         """
-        from dataio.engine.run import collect_table
-
-        return collect_table(self._node)
+        return runtime.engine().collect_table(self._node)
 
     def collect_arrow(self) -> pa.Table:
         """The reference's name for :meth:`collect`: the same ``pyarrow.Table``."""
@@ -280,9 +280,8 @@ class LazyFrame(Source):
         """A ``pyarrow.RecordBatchReader`` that runs the plan batch by batch as it is read."""
         import pyarrow as pa
 
-        from dataio.engine.run import stream_batches
-
-        return pa.RecordBatchReader.from_batches(self._schema, stream_batches(self._node))
+        batches = runtime.engine().stream_batches(self._node)
+        return pa.RecordBatchReader.from_batches(self._schema, batches)
 
     def collect_arrow_stream(self) -> ArrowStream:
         """The reference's one-shot Arrow C stream object; the frame itself also has
@@ -302,25 +301,25 @@ class LazyFrame(Source):
     def explain(self, *, analyze: bool = False) -> str:
         """The plan as text: dataio's steps and DataFusion's plans; ``analyze=True`` runs it
         and adds the metrics (rows, row groups pruned, bytes scanned)."""
-        from dataio.engine.explain import explain
-
-        return explain(self._node, analyze=analyze)
+        return runtime.engine().explain(self._node, analyze=analyze)
 
     # -- record source -----------------------------------------------------------------
 
-    def arrow_schema(self) -> pa.Schema:
-        """The frame's schema: a pass can always be read as record batches."""
-        return self._schema
+    def arrow_schema(self) -> pa.Schema | None:
+        """The frame's schema: a pass can be read as record batches.
+
+        ``None`` for a bare ``scan_numpy``/``scan_npz``/``scan_hdf5``, whose records come
+        from Python readers (see :meth:`iterate`).
+        """
+        return None if isinstance(self._node, FileRecords) else self._schema
 
     def iterate_batches(self) -> Iterator[pa.RecordBatch]:
         """The results as DataFusion streams them, in the same order on every pass; no rows."""
-        from dataio.engine.run import stream_batches
-
-        batches = stream_batches(self._node)
+        batches = runtime.engine().stream_batches(self._node)
         try:
             yield from batches
         finally:
-            batches.close()  # type: ignore[attr-defined]
+            batches.close()
 
     def by_position(self) -> IndexedSource | None:
         """The frame's rows read by position, when its plan fixes them; else ``None``.
@@ -334,13 +333,18 @@ class LazyFrame(Source):
             >>> dataio.scan_parquet("/d/t.parquet").select("jpeg").by_position()  # doctest: +SKIP
         """
         if self._rows is _UNSET:
-            from dataio.engine.frame_rows import frame_rows
-
-            self._rows = frame_rows(self)  # a view: the frame stays a value
+            self._rows = runtime.engine().frame_rows(self)  # a view: the frame stays a value
         return self._rows  # type: ignore[return-value]
 
-    def iterate(self) -> Iterator[dict[str, Any]]:
-        """The rows as dicts, batch by batch, in the same order on every pass."""
+    def iterate(self) -> Iterator[Mapping[str, Any]]:
+        """The rows as dicts, batch by batch, in the same order on every pass.
+
+        A bare ``scan_numpy``/``scan_npz``/``scan_hdf5`` yields its reader's records
+        (NumPy arrays; a damaged file is one failed record) without Arrow.
+        """
+        if isinstance(self._node, FileRecords):
+            yield from runtime.engine().iter_records(self._node)
+            return
         for batch in self.iterate_batches():
             yield from batch.to_pylist()
 
@@ -365,14 +369,12 @@ class LazyFrame(Source):
         super().shuffle(seed=seed, buffer_size=1, reshuffle_each_epoch=reshuffle_each_epoch)
         rows = self.by_position()
         if rows is None:
-            from dataio.engine.frame_rows import unaddressable_reason
-
             raise PlanError(
                 f"a full shuffle needs rows addressable by position, and this frame's are "
-                f"not: {unaddressable_reason(self)}; pass buffer_size= for a bounded "
-                "shuffle of the stream (e.g. shuffle(seed=0, buffer_size=4096)), or shuffle "
-                "a frame that scans local Parquet/Feather files with only select, with_columns "
-                "and limit steps"
+                f"not: {runtime.engine().unaddressable_reason(self)}; pass buffer_size= for "
+                "a bounded shuffle of the stream (e.g. shuffle(seed=0, buffer_size=4096)), "
+                "or shuffle a frame that scans local Parquet/Feather files with only select, "
+                "with_columns and limit steps"
             )
         return rows.shuffle(seed=seed, reshuffle_each_epoch=reshuffle_each_epoch)
 
@@ -383,7 +385,7 @@ class LazyFrame(Source):
     @property
     def configured(self) -> bool:
         """True when the plan has steps beyond its scans (filters, projections, ...)."""
-        return any(not isinstance(n, Scan | Memory) for n in walk(self._node))
+        return any(not isinstance(n, SOURCES) for n in walk(self._node))
 
     def length(self) -> int | None:
         """The row count of an addressable frame (:meth:`by_position`), from file
@@ -394,8 +396,6 @@ class LazyFrame(Source):
     # -- display -----------------------------------------------------------------------
 
     def _plan_lines(self) -> list[str]:
-        from dataio.engine.explain import tree
-
         return tree(self._node)
 
     def __repr__(self) -> str:
@@ -471,19 +471,17 @@ def scan(path: PathSpec, *, format: Format | None = None, **options: Any) -> Laz
     Example:
         >>> dataio.scan("/data/part-*.parquet").filter("label = 3")  # doctest: +SKIP
     """
-    items = _spec(path)
+    items = spec_items(path, f"scan_{format}" if format else "scan")
     listings: dict[str, list[str]] = {}  # remote prefixes listed once per scan
     fmt = format or _format_of(items[0], listings)
     if fmt not in EXTENSIONS:
         raise PlanError(f"scan format must be one of {list(EXTENSIONS)}, got {fmt!r}")
-    if fmt == "tfrecord" and options.get("compression") is not None:
-        from dataio.formats.tfrecord import compression_option
-
-        options["compression"] = compression_option(options["compression"])
-    files = _resolve(items, fmt, listings)
-    from dataio.engine.scan import scan_schema
-
-    schema = scan_schema(fmt, files[0], options)
+    engine = runtime.engine()
+    options = engine.scan_options(fmt, options)
+    files = resolve(
+        items, what=f"scan_{fmt}", extensions=EXTENSIONS[fmt], kind=fmt, listings=listings
+    )
+    schema = engine.scan_schema(fmt, files[0], options)
     node = Scan(fmt, items, tuple(files), tuple(sorted(options.items())), schema)
     return LazyFrame(node, schema)
 
@@ -578,9 +576,7 @@ def sql(query: str, **tables: Any) -> LazyFrame:
         raise PlanError(f"sql() needs a query string, got {query!r}")
     nodes = tuple((name, _table_node(name, value)) for name, value in tables.items())
     node = Sql(query, nodes)
-    from dataio.engine.schema import plan_schema
-
-    return LazyFrame(node, plan_schema(node))
+    return LazyFrame(node, runtime.engine().plan_schema(node))
 
 
 # -- helpers -----------------------------------------------------------------------------------
@@ -595,8 +591,6 @@ def _table_node(name: str, value: Any) -> Node:
         return scan(value).plan
     import pyarrow as pa
 
-    from dataio.engine.plain import plain_table
-
     if isinstance(value, pa.RecordBatch):
         table = pa.Table.from_batches([value])
     elif isinstance(value, pa.Table):
@@ -608,7 +602,10 @@ def _table_node(name: str, value: Any) -> Node:
             f"sql() table {name!r} must be a LazyFrame, a path, a pyarrow Table/RecordBatch, "
             f"or have __arrow_c_stream__; got {type(value).__name__}"
         )
-    return Memory(plain_table(table), f"{name}: {type(value).__module__}.{type(value).__name__}")
+    return Memory(
+        runtime.engine().plain_table(table),
+        f"{name}: {type(value).__module__}.{type(value).__name__}",
+    )
 
 
 def _lit(value: Any) -> Expr:
@@ -646,31 +643,13 @@ def _names(value: str | Sequence[str], what: str) -> list[str]:
     return names
 
 
-def _spec(path: PathSpec) -> tuple[str, ...]:
-    items: tuple[str, ...]
-    if isinstance(path, str | os.PathLike):
-        items = (os.fspath(path),)
-    elif (
-        isinstance(path, Sequence) and path and all(isinstance(p, str | os.PathLike) for p in path)
-    ):
-        items = tuple(os.fspath(p) for p in path)
-    else:
-        raise PlanError(f"scans take a path, a glob, a directory or a list of them, got {path!r}")
-    for item in items:
-        if "://" in item and not item.startswith("file://"):
-            from dataio.io.uri import parse
-
-            parse(item)  # an unsupported scheme fails here, naming the choices
-    return tuple(i[len("file://") :] if i.startswith("file://") else i for i in items)
-
-
 def _format_of(path: str, listings: dict[str, list[str]]) -> str:
     lowered = path.lower().rstrip("/")
     for fmt, extensions in EXTENSIONS.items():
         if lowered.endswith(extensions):
             return fmt
     if "://" in path:
-        names = _remote_prefix(path, listings)
+        names = remote_prefix(path, listings)
     else:
         names = [f for _, _, fs in os.walk(path) for f in fs] if os.path.isdir(path) else []
     for fmt, extensions in EXTENSIONS.items():
@@ -680,86 +659,3 @@ def _format_of(path: str, listings: dict[str, list[str]]) -> str:
         f"cannot tell the format of {path!r} from its extension; pass format= "
         f"(one of {list(EXTENSIONS)})"
     )
-
-
-def _resolve(items: Sequence[str], fmt: str, listings: dict[str, list[str]]) -> list[str]:
-    files: list[str] = []
-    for item in items:
-        if "://" in item:
-            files += _resolve_remote(item, fmt, listings)
-            continue
-        if any(c in item for c in "*?["):
-            found = sorted(p for p in globlib.glob(item, recursive=True) if os.path.isfile(p))
-            if not found:
-                raise NotFoundError(f"scan_{fmt}: the pattern {item!r} matched no files")
-            files += found
-        elif os.path.isdir(item):
-            found = sorted(
-                os.path.join(root, name)
-                for root, _, names in os.walk(item)
-                for name in names
-                if name.lower().endswith(EXTENSIONS[fmt]) and not name.startswith((".", "_"))
-            )
-            if not found:
-                raise NotFoundError(
-                    f"scan_{fmt}: the directory {item!r} holds no {fmt} files "
-                    f"({', '.join(EXTENSIONS[fmt])})"
-                )
-            files += found
-        elif os.path.isfile(item):
-            files.append(item)
-        elif os.path.exists(item):  # a FIFO or device: reading it could block forever
-            raise FormatError(
-                f"scan_{fmt}: {item!r} is not a regular file (a FIFO, socket or device); "
-                "pass a file or a directory"
-            )
-        else:
-            raise NotFoundError(f"scan_{fmt}: no such file or directory {item!r}")
-    return files
-
-
-def _resolve_remote(item: str, fmt: str, listings: dict[str, list[str]]) -> list[str]:
-    """The objects a remote path names: a pattern, a prefix ending in ``/``, or one object.
-
-    A path ending in an extension of the format is one object (one HEAD); any other is
-    first a prefix (one listing, shared with the format guess of :func:`scan`), then an
-    object named without the extension.
-    """
-    from dataio.io.verbs import exists, glob
-
-    def of_format(uris: list[str]) -> list[str]:
-        names = [(u, u.rsplit("/", 1)[-1]) for u in uris]
-        return sorted(
-            u
-            for u, name in names
-            if name.lower().endswith(EXTENSIONS[fmt]) and not name.startswith((".", "_"))
-        )
-
-    if any(c in item for c in "*?["):
-        found = glob(item)
-        if not found:
-            raise NotFoundError(f"scan_{fmt}: the pattern {item!r} matched no objects")
-        return found
-    if item.lower().endswith(EXTENSIONS[fmt]):
-        if not exists(item):
-            raise NotFoundError(f"scan_{fmt}: no object {item!r}")
-        return [item]
-    found = of_format(_remote_prefix(item, listings))
-    if not found and not item.endswith("/") and exists(item):
-        return [item]  # one object named without the format's extension
-    if not found:
-        raise NotFoundError(
-            f"scan_{fmt}: no object {item!r} and no {fmt} objects under it "
-            f"({', '.join(EXTENSIONS[fmt])})"
-        )
-    return found
-
-
-def _remote_prefix(prefix: str, listings: dict[str, list[str]]) -> list[str]:
-    """Every object under ``prefix``; ``listings`` remembers it for the rest of the scan."""
-    from dataio.io.verbs import glob
-
-    key = prefix.rstrip("/")
-    if key not in listings:
-        listings[key] = glob(key + "/**")
-    return listings[key]

@@ -17,9 +17,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from dataio import decoders, transforms
+from dataio import decoders, runtime, transforms
 from dataio.cond import Predicate
 from dataio.exceptions import PlanError
+from dataio.naming import callable_name
 from dataio.ops import Op, make_op, positive_int
 
 if TYPE_CHECKING:
@@ -47,12 +48,6 @@ __all__ = [
 PLAN_VERSION = 1
 
 
-def _callable_name(fn: Callable[..., Any]) -> str:
-    module = getattr(fn, "__module__", None) or "?"
-    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
-    return f"{module}.{name}"
-
-
 @dataclass(frozen=True)
 class Map:
     """A Python function applied to each record (before the shape stage) or batch (after)."""
@@ -61,7 +56,7 @@ class Map:
 
     def describe(self) -> dict[str, Any]:
         """Return a JSON-ready description (the function is named, not hashed)."""
-        return {"map": _callable_name(self.fn)}
+        return {"map": callable_name(self.fn)}
 
 
 @dataclass(frozen=True)
@@ -710,13 +705,9 @@ class BoundPipeline:
             ...     for batch in loader:
             ...         print(batch["image"].shape)
         """
-        from dataio.loader import Loader
-
-        if device is not None and output == "torch":
-            from dataio.engine.export import check_device
-
-            check_device(device)
-        return Loader(
+        # the runtime sits above plans and is reached through dataio.runtime, never imported
+        loader: type[Loader] = runtime.loader()
+        return loader(
             self.pipeline,
             self.records,
             output=output,
