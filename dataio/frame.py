@@ -356,12 +356,15 @@ class LazyFrame(Source):
         Without ``buffer_size`` an addressable frame (see :meth:`by_position`) is read in
         a seeded permutation of its positions: each batch reads only the row groups
         holding its rows, never the whole frame. Other frames raise :class:`PlanError`:
-        pass ``buffer_size`` to mix a bounded window of the stream instead.
+        pass ``buffer_size`` to mix a bounded window of the stream instead. A bare
+        ``scan_numpy``/``scan_npz``/``scan_hdf5`` (Python records) shuffles as any
+        reusable source: its records are read into a list.
 
         Example:
             >>> dataio.scan_parquet("/data/*.parquet").shuffle(seed=0)  # doctest: +SKIP
         """
-        if buffer_size is not None:
+        if buffer_size is not None or isinstance(self._node, FileRecords):
+            # Python records of scan_numpy/npz/hdf5 shuffle as any reusable source does
             return super().shuffle(
                 seed=seed, buffer_size=buffer_size, reshuffle_each_epoch=reshuffle_each_epoch
             )

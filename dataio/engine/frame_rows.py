@@ -146,6 +146,8 @@ def unaddressable_reason(frame: LazyFrame) -> str:
         if found.format not in _FORMATS:
             return f"it scans {found.format} files, which have no row index"
         return "it reads remote files (object stores stream; they are not read by position)"
+    if not found.children():
+        return f"it reads {found.label()}, whose rows have no index"
     return f"its plan has {found.label()}, which decides which rows exist or their order"
 
 

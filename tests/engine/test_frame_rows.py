@@ -557,3 +557,16 @@ def test_a_computing_projection_decodes_only_its_columns(
     assert columns and all(c == ["id", "label"] for c in columns)
     constant = rows_of(parquet(data).select(dataio.lit(1).alias("one")))
     assert constant.take_batch([0, 5]).to_pylist() == [{"one": 1}, {"one": 1}]
+
+
+def test_tensor_scans_keep_their_python_record_shuffle(tmp_path: Path) -> None:
+    for i in range(5):
+        np.save(tmp_path / f"{i}.npy", np.full((2,), i, np.int16))
+    frame = dataio.scan_numpy(str(tmp_path / "*.npy"))
+    assert frame.arrow_schema() is None and frame.by_position() is None
+    shuffled = [int(r["array"][0]) for r in frame.shuffle(seed=4).iterate()]
+    assert sorted(shuffled) == list(range(5))
+    with pytest.raises(PlanError, match=r"filter\(python.*buffer_size="):
+        frame.filter(lambda r: True).shuffle(seed=4)
+    with pytest.raises(PlanError, match=r"reads scan_numpy.*no index.*buffer_size="):
+        frame.select("key").shuffle(seed=4)
