@@ -43,7 +43,7 @@ from dataio.frame_plan import (
     walk,
 )
 from dataio.io.resolve import remote_prefix, resolve, spec_items
-from dataio.sources.base import Source
+from dataio.sources.base import IndexedSource, Source
 
 if TYPE_CHECKING:
     import polars
@@ -75,18 +75,21 @@ EXTENSIONS: dict[str, tuple[str, ...]] = {
     "tfrecord": (".tfrecord", ".tfrecords", ".tfr", ".tfrecord.gz", ".tfrecords.gz", ".tfr.gz"),
 }
 JOINS = ("inner", "left", "right", "full", "semi", "anti")
+_UNSET = object()
 
 
 class LazyFrame(Source):
     """A query plan over files or Arrow data; run by DataFusion when a terminal is called.
 
-    A frame is also a record source: ``pipe.bind(frame)`` streams its rows (dicts) in a
-    fixed order, with sharding and exact resume.
+    A frame is also a record source: ``pipe.bind(frame)`` streams its record batches in
+    a fixed order, with sharding and exact resume; frames over local Parquet/Feather
+    scans are also read by position (:meth:`by_position`) for shuffles and shards.
     """
 
     def __init__(self, node: Node, schema: pa.Schema) -> None:
         self._node = node
         self._schema = schema
+        self._rows: IndexedSource | object | None = _UNSET
 
     # -- introspection -----------------------------------------------------------------
 
@@ -302,22 +305,81 @@ class LazyFrame(Source):
 
     # -- record source -----------------------------------------------------------------
 
+    def arrow_schema(self) -> pa.Schema | None:
+        """The frame's schema: a pass can be read as record batches.
+
+        ``None`` for a bare ``scan_numpy``/``scan_npz``/``scan_hdf5``, whose records come
+        from Python readers (see :meth:`iterate`).
+        """
+        return None if isinstance(self._node, FileRecords) else self._schema
+
+    def iterate_batches(self) -> Iterator[pa.RecordBatch]:
+        """The results as DataFusion streams them, in the same order on every pass; no rows."""
+        batches = runtime.engine().stream_batches(self._node)
+        try:
+            yield from batches
+        finally:
+            batches.close()
+
+    def by_position(self) -> IndexedSource | None:
+        """The frame's rows read by position, when its plan fixes them; else ``None``.
+
+        Scans of local Parquet or Feather files under projections, new columns and
+        limits are addressable: shuffles and shards then read only the row groups /
+        record batches holding their rows (computed columns run on the rows read).
+        Filters, joins, SQL, sorts, aggregates, remote files and other formats are not.
+
+        Example:
+            >>> dataio.scan_parquet("/d/t.parquet").select("jpeg").by_position()  # doctest: +SKIP
+        """
+        if self._rows is _UNSET:
+            self._rows = runtime.engine().frame_rows(self)  # a view: the frame stays a value
+        return self._rows  # type: ignore[return-value]
+
     def iterate(self) -> Iterator[Mapping[str, Any]]:
         """The rows as dicts, batch by batch, in the same order on every pass.
 
         A bare ``scan_numpy``/``scan_npz``/``scan_hdf5`` yields its reader's records
         (NumPy arrays; a damaged file is one failed record) without Arrow.
         """
-        engine = runtime.engine()
         if isinstance(self._node, FileRecords):
-            yield from engine.iter_records(self._node)
+            yield from runtime.engine().iter_records(self._node)
             return
-        batches = engine.stream_batches(self._node)
-        try:
-            for batch in batches:
-                yield from batch.to_pylist()
-        finally:
-            batches.close()
+        for batch in self.iterate_batches():
+            yield from batch.to_pylist()
+
+    def shuffle(
+        self, *, seed: int, buffer_size: int | None = None, reshuffle_each_epoch: bool = True
+    ) -> Source:
+        """Shuffle the frame's rows, seeded by ``seed`` and the loader's epoch.
+
+        Without ``buffer_size`` an addressable frame (see :meth:`by_position`) is read in
+        a seeded permutation of its positions: each batch reads only the row groups
+        holding its rows, never the whole frame. Other frames raise :class:`PlanError`:
+        pass ``buffer_size`` to mix a bounded window of the stream instead. A bare
+        ``scan_numpy``/``scan_npz``/``scan_hdf5`` (Python records) shuffles as any
+        reusable source: its records are read into a list.
+
+        Example:
+            >>> dataio.scan_parquet("/data/*.parquet").shuffle(seed=0)  # doctest: +SKIP
+        """
+        if buffer_size is not None or isinstance(self._node, FileRecords):
+            # Python records of scan_numpy/npz/hdf5 shuffle as any reusable source does
+            return super().shuffle(
+                seed=seed, buffer_size=buffer_size, reshuffle_each_epoch=reshuffle_each_epoch
+            )
+        # the same argument checks as every shuffle (a buffered one is only built, not read)
+        super().shuffle(seed=seed, buffer_size=1, reshuffle_each_epoch=reshuffle_each_epoch)
+        rows = self.by_position()
+        if rows is None:
+            raise PlanError(
+                f"a full shuffle needs rows addressable by position, and this frame's are "
+                f"not: {runtime.engine().unaddressable_reason(self)}; pass buffer_size= for "
+                "a bounded shuffle of the stream (e.g. shuffle(seed=0, buffer_size=4096)), "
+                "or shuffle a frame that scans local Parquet/Feather files with only select, "
+                "with_columns and limit steps"
+            )
+        return rows.shuffle(seed=seed, reshuffle_each_epoch=reshuffle_each_epoch)
 
     def describe(self) -> dict[str, Any]:
         """The plan: scans (paths as given, options), steps and expressions."""
@@ -329,11 +391,10 @@ class LazyFrame(Source):
         return any(not isinstance(n, SOURCES) for n in walk(self._node))
 
     def length(self) -> int | None:
-        """The row count of a bare Parquet or Feather scan (from metadata), else ``None``."""
-        node = self._node
-        if not isinstance(node, Scan) or node.format not in ("parquet", "feather"):
-            return None
-        return runtime.engine().row_count(node)
+        """The row count of an addressable frame (:meth:`by_position`), from file
+        metadata; ``None`` for others (known only by running them)."""
+        rows = self.by_position()
+        return None if rows is None else rows.length()
 
     # -- display -----------------------------------------------------------------------
 

@@ -249,6 +249,12 @@ def tfrecord(data: bytes, workdir: str) -> None:
     calls.finish()
 
 
+def _by_position(frame: Any) -> None:
+    """Read every row by position, last first (each row group / record batch once)."""
+    rows = frame.by_position()
+    rows.take_batch(range(rows.length() - 1, -1, -1)).to_pylist()
+
+
 def _arrow_file(data: bytes, workdir: str, suffix: str, formats: tuple[str, ...]) -> None:
     import dataio
 
@@ -256,6 +262,7 @@ def _arrow_file(data: bytes, workdir: str, suffix: str, formats: tuple[str, ...]
     path = _write(workdir, f"input.{suffix}", data)
     calls("read_feather to_pylist", lambda: dataio.read_feather(path).to_pylist())
     calls("scan_feather collect", lambda: dataio.scan_feather(path).collect().to_pylist())
+    calls("scan_feather by_position", lambda: _by_position(dataio.scan_feather(path)))
     for name in formats:
 
         def read(name: str = name) -> None:
@@ -284,6 +291,7 @@ def parquet(data: bytes, workdir: str) -> None:
     path = _write(workdir, "input.parquet", data)
     calls("read_parquet to_pylist", lambda: dataio.read_parquet(path).to_pylist())
     calls("scan_parquet collect", lambda: dataio.scan_parquet(path).collect().to_pylist())
+    calls("scan_parquet by_position", lambda: _by_position(dataio.scan_parquet(path)))
     calls("read format=parquet", lambda: dataio.read(path, format="parquet").to_pylist())
     calls("manifest parquet", lambda: list(dataio.manifest(path)))
     calls.finish()

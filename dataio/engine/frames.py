@@ -7,6 +7,7 @@ schema check reaches it here, so the engine's modules can change behind one surf
 from __future__ import annotations
 
 from dataio.engine.explain import explain
+from dataio.engine.frame_rows import frame_rows, unaddressable_reason
 from dataio.engine.plain import plain_table
 from dataio.engine.records import iter_records
 from dataio.engine.run import collect_table, stream_batches
@@ -16,6 +17,7 @@ from dataio.engine.schema import plan_schema
 __all__ = [
     "collect_table",
     "explain",
+    "frame_rows",
     "iter_records",
     "plain_table",
     "plan_schema",
@@ -23,4 +25,5 @@ __all__ = [
     "scan_options",
     "scan_schema",
     "stream_batches",
+    "unaddressable_reason",
 ]
