@@ -6,7 +6,7 @@ from dataclasses import replace
 from typing import Literal
 
 from dataio.exceptions import PlanError
-from dataio.ops import ARRAYS, AUDIO_ONLY, choice, non_negative, positive_int
+from dataio.ops import ARRAYS, AUDIO_ONLY, choice, flag, non_negative, positive_int
 from dataio.registry._spec import Params, ValueType, declare, same_type
 from dataio.registry.image import DTYPES
 
@@ -45,7 +45,10 @@ def to_dtype(dtype: CastDType, *, scale: bool = False) -> Params:
         >>> dataio.transforms.to_dtype("float32", scale=True)
         to_dtype(dtype='float32', scale=True)
     """
-    return {"dtype": choice(dtype, CAST_DTYPES, "to_dtype dtype"), "scale": bool(scale)}
+    return {
+        "dtype": choice(dtype, CAST_DTYPES, "to_dtype dtype"),
+        "scale": flag(scale, "to_dtype scale"),
+    }
 
 
 @declare(
@@ -88,7 +91,7 @@ def fix_length(length: int, *, random_crop: bool = False, pad_value: float = 0.0
         raise PlanError(f"fix_length pad_value must be a number, got {pad_value!r}")
     return {
         "length": positive_int(length, "fix_length length"),
-        "random_crop": bool(random_crop),
+        "random_crop": flag(random_crop, "fix_length random_crop"),
         "pad_value": float(pad_value),
     }
 

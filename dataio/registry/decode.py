@@ -10,7 +10,7 @@ import codecs
 from typing import Literal
 
 from dataio.exceptions import PlanError
-from dataio.ops import choice, positive_int
+from dataio.ops import choice, flag, positive_int
 from dataio.registry._spec import Params, ValueType, declare
 
 ImageMode = Literal["rgb", "gray", "rgba"]
@@ -59,8 +59,7 @@ def decode_image(*, mode: ImageMode = "rgb", exact: bool = False) -> Params:
         >>> dataio.decoders.image(mode="gray")
         decode_image(mode='gray')
     """
-    if not isinstance(exact, bool):
-        raise PlanError(f"decode_image exact must be True or False, got {exact!r}")
+    flag(exact, "decode_image exact")
     checked = choice(mode, IMAGE_MODES, "decode_image mode")
     # the default stays out of the op, so existing plan signatures keep
     return {"mode": checked, "exact": True} if exact else {"mode": checked}
@@ -138,7 +137,7 @@ def decode_audio(
         positive_int(sample_rate, "decode_audio sample_rate")
     return {
         "sample_rate": sample_rate,
-        "mono": bool(mono),
+        "mono": flag(mono, "decode_audio mono"),
         "resampling": choice(resampling, ("linear", "sinc"), "decode_audio resampling"),
     }
 
