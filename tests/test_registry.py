@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from PIL import Image
 
 import dataio
@@ -91,7 +93,7 @@ def test_slot_factory_and_expression_build_equal_ops(spec: registry.OpSpec[Any])
         expected = (first, op)
     assert slot_ops == chain_ops == expected
     assert isinstance(expr, ChainExpr) and expr.op == "chain"
-    assert expr.args[0].describe() == 'col("x")' or expr.args[0].describe() == "col('x')"
+    assert expr.args[0].op == "col" and expr.args[0].args == ("x",)
     assert expr.args[1] == expected
 
 
@@ -234,6 +236,34 @@ def test_torchvision_forms_equal_keyword_forms(short: Any, keywords: Any) -> Non
     assert short() == keywords()
     assert short().describe() == keywords().describe()
     assert short().applies_to == keywords().applies_to
+
+
+sides = st.integers(min_value=-3, max_value=5000)
+
+
+@given(h=sides, w=sides)
+def test_size_pairs_and_keywords_agree_on_every_value(h: int, w: int) -> None:
+    for name in ("resize", "center_crop", "random_crop", "random_resized_crop"):
+        factory = getattr(transforms, name)
+        outcomes: list[Op | str] = []
+        for args, kwargs in ((((h, w),), {}), ((), {"h": h, "w": w})):
+            try:
+                outcomes.append(factory(*args, **kwargs))
+            except dataio.PlanError as exc:
+                outcomes.append(str(exc))
+        assert outcomes[0] == outcomes[1]
+        assert isinstance(outcomes[0], Op) == (h > 0 and w > 0)
+
+
+@given(size=sides)
+def test_one_int_is_a_square_or_the_short_side(size: int) -> None:
+    if size <= 0:
+        with pytest.raises(dataio.PlanError, match=f"got {size}"):
+            transforms.center_crop(size)
+        return
+    assert transforms.resize(size) == transforms.resize_short(size)
+    assert transforms.center_crop(size) == transforms.center_crop(h=size, w=size)
+    assert transforms.random_crop(size) == transforms.random_crop(h=size, w=size)
 
 
 def png(width: int, height: int) -> bytes:
