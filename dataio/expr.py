@@ -176,12 +176,12 @@ class Expr:
         return Expr("field", self, name)
 
     def decode_image(self, mode: str = "rgb") -> Expr:
-        """The ``decode_image`` kernel: a struct of height, width, channels and pixels."""
-        from dataio.decoders import IMAGE_MODES
+        """The ``decode_image`` SQL function: a struct of height, width, channels and pixels.
 
-        if mode not in IMAGE_MODES:
-            raise PlanError(f"decode_image mode must be one of {list(IMAGE_MODES)}, got {mode!r}")
-        return Expr("call", "decode_image", (self, lit(mode)))
+        For decoded tensors (and ops after the decoder) use ``.image.decode()``.
+        """
+        checked = registry.decode_image.op(mode=mode).param("mode")  # type: ignore[arg-type]
+        return Expr("call", "decode_image", (self, lit(checked)))
 
     def image_size(self) -> Expr:
         """The ``image_size`` kernel: a struct of height and width, read from the header."""

@@ -13,7 +13,8 @@ import pytest
 from PIL import Image
 
 import dataio
-from dataio import batch_transforms, decoders, transforms
+from dataio import batch_transforms, decoders, registry, transforms
+from dataio.engine.lower import lower_chain
 from dataio.expr import AudioNamespace, BinaryNamespace, ChainExpr, ImageNamespace, col
 from dataio.testing import photo_like
 
@@ -173,3 +174,8 @@ def test_expression_ops_lower_like_the_slot_chain() -> None:
     top, left = round((40 - 20) / 2), round((50 - 30) / 2)
     expected = np.rot90(pixels[top : top + 20, left : left + 30], 1)
     np.testing.assert_array_equal(batch["image"][0], expected)
+    kernel = lower_chain(expr.ops, name="image")  # what the engine runs for the expression
+    assert kernel.run is not None
+    value, _ = kernel.run(data, None, None)
+    np.testing.assert_array_equal(value, expected)
+    assert kernel.row_shape in (None, registry.chain_type(expr.ops).static_shape)

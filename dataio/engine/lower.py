@@ -40,6 +40,7 @@ __all__ = [
     "image_spec",
     "kernel_function",
     "lower",
+    "lower_chain",
 ]
 
 KernelFn = Callable[[Any, Any, Any], tuple[Any, tuple[int, ...] | None]]
@@ -322,6 +323,17 @@ def _lower_slot(slot: Slot) -> SlotKernel:
         slot.active,
         custom,
     )
+
+
+def lower_chain(ops: tuple[Op, ...], *, name: str = "value") -> SlotKernel:
+    """Lower a chain of ops (a chain expression's, decoder first) into one kernel.
+
+    Example:
+        >>> from dataio import decoders, transforms  # doctest: +SKIP
+        >>> lower_chain((decoders.image(), transforms.center_crop(8))).row_shape  # doctest: +SKIP
+        (8, 8, 3)
+    """
+    return _lower_slot(Slot(name).then(*ops))
 
 
 def lower(plan: Pipeline) -> tuple[SlotKernel, ...]:
