@@ -121,7 +121,7 @@ class Slot:
         """Append ops built by :mod:`dataio.decoders` / :mod:`dataio.transforms`.
 
         Example:
-            >>> from dataio import registry
+            >>> from dataio import decoders, transforms
             >>> dataio.slot("image").then(decoders.image(), transforms.resize_short(64))
             slot('image').decode_image(mode='rgb').resize_short(size=64)
         """
