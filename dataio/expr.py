@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from dataio import registry
+from dataio.cond import Predicate
 from dataio.exceptions import PlanError
 from dataio.ops import Op
 
@@ -384,6 +385,22 @@ class ChainExpr(Expr):
         chain = self.ops + ops
         registry.validate_chain(f"expression {self.base.describe()}", chain)
         return ChainExpr("chain", self.base, chain)
+
+    def when(self, predicate: Predicate) -> registry.When[ChainExpr]:
+        """Branch on the decoded value's shape: ``.when(p).then(*ops).otherwise(*ops)``.
+
+        Example:
+            >>> from dataio import cond as c, transforms as t  # doctest: +SKIP
+            >>> (col("jpeg").image.decode().when(c.shape(axis=0).gt(512))  # doctest: +SKIP
+            ...  .then(t.center_crop(512)).otherwise(t.resize((512, 512))))
+        """
+        where = f"expression {self.base.describe()}"
+        return registry.When(self, registry.check_when(where, self.ops, predicate), where)
+
+    def otherwise(self, *ops: Op) -> ChainExpr:
+        """The ops of the last ``when`` branch's false side."""
+        where = f"expression {self.base.describe()}"
+        return ChainExpr("chain", self.base, registry.with_otherwise(where, self.ops, ops))
 
     resize = registry.chain_method(registry.resize)
     resize_short = registry.chain_method(registry.resize_short)

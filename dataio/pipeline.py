@@ -20,7 +20,8 @@ from dataio import registry, runtime
 from dataio.cond import Predicate
 from dataio.exceptions import PlanError
 from dataio.naming import callable_name
-from dataio.ops import Op, make_op, positive_int
+from dataio.ops import Op, positive_int
+from dataio.registry.chain import When
 
 if TYPE_CHECKING:
     from dataio.loader import Loader
@@ -179,7 +180,7 @@ class Slot:
             )
         return replace(self, active=predicate)
 
-    def when(self, predicate: Predicate) -> When:
+    def when(self, predicate: Predicate) -> When[Self]:
         """Branch on the decoded value's shape: ``.when(p).then(ops).otherwise(ops)``.
 
         Example:
@@ -188,27 +189,12 @@ class Slot:
             ...      .when(c.shape(axis=0).gt(512)).then(t.center_crop(h=512, w=512))
             ...      .otherwise(t.resize(h=512, w=512)))
         """
-        if not isinstance(predicate, Predicate) or predicate.kind != "shape":
-            raise PlanError(
-                f"slot {self.name!r}: when() takes a shape predicate such as "
-                "dataio.cond.shape(axis=0).gt(512); field predicates gate slots with active_when"
-            )
-        if not self.ops:
-            raise PlanError(f"slot {self.name!r}: when() needs a decoder before it")
-        return When(self, predicate)
+        where = f"slot {self.name!r}"
+        return When(self, registry.check_when(where, self.ops, predicate), where)
 
-    def otherwise(self, *ops: Op) -> Slot:
+    def otherwise(self, *ops: Op) -> Self:
         """The ops of the last ``when`` branch's false side."""
-        last = self.ops[-1] if self.ops else None
-        if last is None or last.kind != "branch" or last.param("otherwise"):
-            raise PlanError(f"slot {self.name!r}: otherwise() must follow .when(...).then(...)")
-        registry.check_branch_ops(f"slot {self.name!r}", ops)
-        branch = make_op(
-            "when", "branch", pred=last.param("pred"), then=last.param("then"), otherwise=tuple(ops)
-        )
-        chain = (*self.ops[:-1], branch)
-        registry.validate_chain(f"slot {self.name!r}", chain)
-        return replace(self, ops=chain)
+        return replace(self, ops=registry.with_otherwise(f"slot {self.name!r}", self.ops, ops))
 
     def passthrough(self) -> Slot:
         """Deliver the field's Python values: numbers or bools as an array of their dtype.
@@ -307,20 +293,6 @@ def slots(
         else:
             made.append(one.then(*(chain if isinstance(chain, Sequence) else (chain,))))
     return tuple(made)
-
-
-@dataclass(frozen=True)
-class When:
-    """The pending ``slot.when(predicate)``: call :meth:`then` with the true-side ops."""
-
-    slot: Slot
-    predicate: Predicate
-
-    def then(self, *ops: Op) -> Slot:
-        """Ops applied when the predicate holds; chain ``.otherwise(...)`` for the rest."""
-        registry.check_branch_ops(f"slot {self.slot.name!r}", ops)
-        branch = make_op("when", "branch", pred=self.predicate, then=tuple(ops), otherwise=())
-        return self.slot.then(branch)
 
 
 def slot(name: str, *, field: str | None = None, optional: bool = False) -> Slot:

@@ -179,3 +179,35 @@ def test_expression_ops_lower_like_the_slot_chain() -> None:
     value, _ = kernel.run(data, None, None)
     np.testing.assert_array_equal(value, expected)
     assert kernel.row_shape in (None, registry.chain_type(expr.ops).static_shape)
+
+
+def test_branches_equal_slot_branches() -> None:
+    from dataio import cond as c
+
+    tall = c.shape(axis=0).gt(512)
+    expr = (
+        col("jpeg")
+        .image.decode()
+        .when(tall)
+        .then(transforms.center_crop(512))
+        .otherwise(transforms.resize((512, 512)))
+        .normalize("imagenet")
+    )
+    slot = (
+        dataio.slot("jpeg")
+        .decode_image()
+        .when(tall)
+        .then(transforms.center_crop(h=512, w=512))
+        .otherwise(transforms.resize(h=512, w=512))
+        .normalize("imagenet")
+    )
+    assert isinstance(expr, ChainExpr) and expr.ops == slot.ops
+    assert registry.chain_type(expr.ops).static_shape == (3, 512, 512)
+    with pytest.raises(
+        dataio.PlanError, match=r"^expression col\('jpeg'\): when\(\) takes a shape"
+    ):
+        col("jpeg").image.decode().when(c.col("x").is_null())
+    with pytest.raises(dataio.PlanError, match=r"otherwise\(\) must follow \.when"):
+        col("jpeg").image.decode().otherwise(transforms.rotate90())
+    with pytest.raises(dataio.PlanError, match="a branch holds transforms"):
+        col("jpeg").image.decode().when(tall).then(transforms.normalize("imagenet"))

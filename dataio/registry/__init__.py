@@ -31,7 +31,14 @@ from dataio.registry._spec import (
     specs,
 )
 from dataio.registry.array import fix_length, gain, standardize, to_dtype
-from dataio.registry.chain import chain_type, check_branch_ops, validate_chain
+from dataio.registry.chain import (
+    When,
+    chain_type,
+    check_branch_ops,
+    check_when,
+    validate_chain,
+    with_otherwise,
+)
 from dataio.registry.decode import (
     decode_audio,
     decode_bytes,
@@ -61,10 +68,12 @@ __all__ = [
     "OpSpec",
     "Params",
     "ValueType",
+    "When",
     "center_crop",
     "chain_method",
     "chain_type",
     "check_branch_ops",
+    "check_when",
     "color_jitter",
     "declare",
     "decode_audio",
@@ -94,4 +103,5 @@ __all__ = [
     "standardize",
     "to_dtype",
     "validate_chain",
+    "with_otherwise",
 ]

@@ -7,10 +7,15 @@ whichever surface built it.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
+from dataio.cond import Predicate
 from dataio.exceptions import PlanError
-from dataio.ops import Op
-from dataio.registry._spec import ValueType, spec
+from dataio.ops import Op, make_op
+from dataio.registry._spec import Chainable, ValueType, spec
+
+T = TypeVar("T", bound=Chainable)
 
 #: a chain's ops in this order of kinds (equal ranks may interleave)
 ORDER = {"decode": 0, "geometry": 1, "array": 1, "branch": 1, "normalize": 2, "output": 3}
@@ -24,6 +29,47 @@ def check_branch_ops(where: str, ops: tuple[Op, ...]) -> None:
             raise PlanError(
                 f"{where}: a branch holds transforms (geometry or array ops), got {op!r}"
             )
+
+
+def check_when(where: str, ops: tuple[Op, ...], predicate: object) -> Predicate:
+    """Raise unless a ``when(predicate)`` branch may follow ``ops``."""
+    if not isinstance(predicate, Predicate) or predicate.kind != "shape":
+        raise PlanError(
+            f"{where}: when() takes a shape predicate such as "
+            "dataio.cond.shape(axis=0).gt(512); field predicates gate slots with active_when"
+        )
+    if not ops:
+        raise PlanError(f"{where}: when() needs a decoder before it")
+    return predicate
+
+
+@dataclass(frozen=True)
+class When(Generic[T]):
+    """The pending ``.when(predicate)`` of a chain: call :meth:`then` with the true-side ops."""
+
+    chain: T
+    predicate: Predicate
+    where: str
+
+    def then(self, *ops: Op) -> T:
+        """Ops applied when the predicate holds; chain ``.otherwise(...)`` for the rest."""
+        check_branch_ops(self.where, ops)
+        branch = make_op("when", "branch", pred=self.predicate, then=tuple(ops), otherwise=())
+        return self.chain.then(branch)
+
+
+def with_otherwise(where: str, ops: tuple[Op, ...], otherwise: tuple[Op, ...]) -> tuple[Op, ...]:
+    """``ops`` with ``otherwise`` as the false side of its last ``when`` branch."""
+    last = ops[-1] if ops else None
+    if last is None or last.kind != "branch" or last.param("otherwise"):
+        raise PlanError(f"{where}: otherwise() must follow .when(...).then(...)")
+    check_branch_ops(where, otherwise)
+    branch = make_op(
+        "when", "branch", pred=last.param("pred"), then=last.param("then"), otherwise=otherwise
+    )
+    chain = (*ops[:-1], branch)
+    validate_chain(where, chain)
+    return chain
 
 
 def _decoder_check(where: str, decoder: Op, ops: tuple[Op, ...]) -> None:
