@@ -128,12 +128,7 @@ def test_every_kind_gives_the_records_in_order(objects, kind) -> None:
     assert flat(values(pipe().bind(objects[kind]()).run())) == list(range(N))
 
 
-NEEDS_FRAMESRC = pytest.mark.xfail(strict=True, reason="needs framesrc: LazyFrame.arrow_schema")
-
-
-@pytest.mark.parametrize(
-    "kind", [pytest.param(k, marks=NEEDS_FRAMESRC) if k == "frame" else k for k in KINDS]
-)
+@pytest.mark.parametrize("kind", KINDS)
 def test_every_kind_is_an_arrow_source_of_the_table_schema(objects, kind) -> None:
     source = dataio.records(objects[kind]())
     schema = source.arrow_schema()
