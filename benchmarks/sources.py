@@ -650,10 +650,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--records", type=int, help="part 1 records (default 1,000,000)")
     parser.add_argument("--rounds", type=int, help="interleaved rounds (default 5, quick 2)")
     parser.add_argument("--quick", action="store_true", help="a smoke run in well under a minute")
+    parser.add_argument(
+        "--shard-samples", type=int, help=f"part 2 samples per shard (default {PER_SHARD:,})"
+    )
     args = parser.parse_args(argv)
     args.records = args.records or (50_000 if args.quick else 1_000_000)
     args.rounds = args.rounds or (2 if args.quick else 5)
-    args.per_shard = QUICK_PER_SHARD if args.quick else PER_SHARD
+    args.per_shard = args.shard_samples or (QUICK_PER_SHARD if args.quick else PER_SHARD)
     return args
 
 
