@@ -507,7 +507,12 @@ def arrow_stage_lines(table: pa.Table, path: Path) -> list[str]:
             "pq iter_batches sliced to 256",
             lambda: _drain_arrow(_sliced(pq.ParquetFile(path).iter_batches(ROW_GROUP))),
         ),
+        (
+            "frame.collect_arrow_reader() sliced",
+            lambda: _drain_arrow(_sliced(frame.collect_arrow_reader())),
+        ),
         ("frame.iterate_batches()", lambda: _drain_arrow(frame.iterate_batches())),
+        ("frame.iterate() (row dicts)", lambda: sum(1 for _ in frame.iterate())),
     ]
     lines = []
     for label, step in steps:
@@ -515,7 +520,7 @@ def arrow_stage_lines(table: pa.Table, path: Path) -> list[str]:
         failed = probe(label, step, announce=False)
         elapsed = time.perf_counter() - start
         rate = "" if failed else f"{compact(table.num_rows / elapsed):>8} records/s"
-        lines.append(f"  {label:<32} {rate or failed}")
+        lines.append(f"  {label:<36} {rate or failed}")
     return lines
 
 
