@@ -9,6 +9,7 @@ round, so a noisy neighbour slows all of them alike; the table gives median imag
 Run from the repository root::
 
     .venv/bin/python benchmarks/frame_training.py [--images N] [--rounds R] [--quick]
+        [--no-profile]
 
 Contenders (the same worker count, the usable cores, for all):
 

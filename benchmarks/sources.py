@@ -5,6 +5,7 @@ round by round, so load that comes and goes slows all of them alike). Run from t
 repository root::
 
     .venv/bin/python benchmarks/sources.py [--records N] [--rounds R] [--quick]
+        [--shard-samples N]
 
 Part 1, small in-memory records ``{"key": f"{i:08d}", "label": i % 1000, "text":
 f"sample {i}"}`` delivered as batches of 256 (the int labels and the string keys), no
@@ -31,7 +32,9 @@ and batched by 256 without decoding: ``dataio.webdataset`` vs the ``webdataset``
 (plain loop and ``.batched(256)``) and a stdlib ``tarfile`` loop.
 
 Then a cProfile of one dataio pass of each part (the caller's thread and dataio's pool
-threads merged), naming where dataio spends its time. Nothing here asserts on timings.
+threads merged; for part 1 also per batch), naming where dataio spends its time, and the
+Arrow floors under the loader (slicing the table, reading the parquet's label and key
+columns with pyarrow and through a projected frame). Nothing here asserts on timings.
 """
 
 from __future__ import annotations
