@@ -264,6 +264,8 @@ class Expr:
             return f"{args[1][0].describe()}.{args[0]}({inner})"
         if op == "agg":
             return "count()" if args[0] == "count_all" else f"{args[1].describe()}.{args[0]}()"
+        if op == "chain":
+            return f"{args[0].describe()}.{'.'.join(repr(o) for o in args[1])}"
         raise PlanError(f"unknown expression node {op!r}")  # pragma: no cover
 
     def __repr__(self) -> str:

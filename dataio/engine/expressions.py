@@ -62,6 +62,10 @@ def compile_expr(expr: Expr, ctx: Any) -> Any:
         return compile_expr(args[0], ctx).alias(args[1])
     if op == "call":
         return ctx.udf(args[0])(*(compile_expr(a, ctx) for a in args[1]))
+    if op == "chain":  # a slot chain: one fused kernel call per record batch
+        from dataio.engine.udf import compile_chain
+
+        return compile_chain(tuple(args[1]), compile_expr(args[0], ctx))
     if op == "agg":
         return _aggregate(args[0], None if args[1] is None else compile_expr(args[1], ctx))
     raise QueryError(f"unknown expression {expr.describe()}")  # pragma: no cover

@@ -1,0 +1,489 @@
+"""Slot chains as DataFusion scalar functions: one fused kernel call per record batch.
+
+A chain is what a slot holds (a decoder op, then transforms, normalize/output). It is
+lowered once by :mod:`dataio.engine.lower` into the same fused kernel a pipeline runs;
+the scalar function then runs that kernel over each record batch DataFusion hands it:
+
+* values are read zero-copy from the ``binary_view`` buffers DataFusion passes
+  (``binary`` and ``large_binary`` columns are coerced to views, which keep the data
+  buffers); a string column holds paths (any URI of :mod:`dataio.io`), read with
+  :func:`dataio.io.read_bytes`;
+* the rows are spread over dataio's CPU pool (:func:`dataio.engine.pool.cpu_pool`) in
+  contiguous runs, each kernel call writing into one preallocated output buffer;
+* a chain with a static per-row shape returns ``pa.fixed_shape_tensor(dtype, shape)``
+  (DataFusion keeps the extension type on the field); any other chain returns the
+  variable-shape struct ``{data: large_list<dtype>, shape: list<int32>}`` (the layout of
+  Arrow's canonical ``arrow.variable_shape_tensor``, with a 64-bit list so one batch of
+  large images cannot overflow its offsets);
+* null values give null rows; a value that fails raises the kernel's error class
+  (``DecodeError``, ``LimitError``, ...) naming the row of the batch and its path or
+  size: SQL has no ``on_failure``, so the query fails (filter bad rows out first);
+* chains with random ops are refused with a :class:`~dataio.exceptions.PlanError`:
+  DataFusion may split and reorder batches, so no row has a stable position to seed
+  from; augment in a pipeline (``pipe.bind(frame)``), which seeds by record position.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import itertools
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dataio.engine.lower import SlotKernel
+from dataio.exceptions import DataioError, DecodeError, PlanError, QueryError, TransformError
+from dataio.ops import Op
+
+__all__ = [
+    "ChainKernel",
+    "chain_kernel",
+    "chain_ops",
+    "chain_udf",
+    "compile_chain",
+    "decode_image_udf",
+    "run_batch",
+]
+
+_PATH_TYPES = ("Utf8", "LargeUtf8", "Utf8View")
+_MAX_BINARY = 2**31 - 1  # a plain ``binary`` array's int32 offsets
+_local = threading.local()
+
+
+@dataclass(frozen=True)
+class ChainKernel:
+    """A lowered chain and the Arrow type it returns.
+
+    Attributes:
+        ops: the chain's ops, decoder first.
+        kernel: the fused kernel (the one a pipeline slot runs).
+        dtype: the NumPy dtype of every output value.
+        arrow_type: ``fixed_shape_tensor`` when ``kernel.row_shape`` is set, else the
+            variable-shape struct ``{data: large_list<dtype>, shape: list<int32>}``.
+        label: the chain as text, for errors.
+    """
+
+    ops: tuple[Op, ...]
+    kernel: SlotKernel
+    dtype: np.dtype
+    arrow_type: Any
+    label: str
+
+
+def chain_ops(value: Any) -> tuple[Op, ...]:
+    """The ops of a chain given as an ``Expr("chain", ...)``, a slot, a chain or ops."""
+    from dataio.expr import Expr
+
+    if isinstance(value, Expr):
+        node = value.args[0] if value.op == "alias" else value
+        if node.op == "chain":
+            return tuple(node.args[1])
+    elif isinstance(value, Op):
+        return (value,)
+    elif hasattr(value, "ops") and isinstance(value.ops, tuple):
+        return tuple(value.ops)
+    elif isinstance(value, Sequence) and value and all(isinstance(v, Op) for v in value):
+        return tuple(value)
+    raise PlanError(
+        "a SQL function needs a chain: an expression built from col(...) with a decoder "
+        f"and transforms, a slot, dataio.chain() or a sequence of ops; got {value!r}"
+    )
+
+
+def chain_kernel(ops: tuple[Op, ...]) -> ChainKernel:
+    """Lower ``ops`` (decoder first) into the fused kernel a pipeline slot would run.
+
+    Raises:
+        PlanError: the chain is malformed, random, ends in a batch-level custom op, or
+            yields Python objects or a dtype Arrow cannot hold.
+    """
+    try:
+        return _cached_kernel(ops)
+    except TypeError:  # an unhashable parameter: lower without the cache
+        return _lower_chain(ops)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_kernel(ops: tuple[Op, ...]) -> ChainKernel:
+    return _lower_chain(ops)
+
+
+def _lower_chain(ops: tuple[Op, ...]) -> ChainKernel:
+    import dataio
+    from dataio.engine.lower import lower
+
+    label = " -> ".join(repr(op) for op in ops) or "an empty chain"
+    if not ops or ops[0].kind != "decode":
+        raise PlanError(f"chain {label}: it must start with a decoder, e.g. decoders.image()")
+    plan = dataio.pipeline(dataio.slot("value").then(*ops), dataio.batch(1))
+    (kernel,) = lower(plan)  # the very kernel a pipeline slot with this chain runs
+    if kernel.random:
+        raise PlanError(
+            f"chain {label} has random ops: frames and SQL cannot seed them per record "
+            "(DataFusion splits and reorders batches); augment in a pipeline over the frame "
+            "(pipe.bind(frame)), or drop the random ops"
+        )
+    if kernel.custom:
+        raise PlanError(f"chain {label}: custom ops run on whole batches in a pipeline only")
+    if kernel.objects:
+        raise PlanError(
+            f"chain {label} yields Python objects, not arrays; read such columns as they are"
+        )
+    dtype = _output_dtype(ops, kernel, label)
+    value_type = _arrow_value_type(dtype, label)
+    if kernel.row_shape is not None:
+        arrow_type = pa_module().fixed_shape_tensor(value_type, list(kernel.row_shape))
+    else:
+        pa = pa_module()
+        arrow_type = pa.struct(
+            [("data", pa.large_list(value_type)), ("shape", pa.list_(pa.int32()))]
+        )
+    return ChainKernel(ops, kernel, dtype, arrow_type, label)
+
+
+def pa_module() -> Any:
+    """``pyarrow``, imported on first use."""
+    import pyarrow as pa
+
+    return pa
+
+
+def _output_dtype(ops: tuple[Op, ...], kernel: SlotKernel, label: str) -> np.dtype:
+    from dataio.udfs.arrays import numpy_dtype
+
+    casts = [op for op in ops if op.name == "to_dtype"]
+    if casts:
+        return numpy_dtype(casts[-1].param("dtype"))
+    if kernel.dtype is not None:
+        return kernel.dtype
+    if ops[0].name == "decode_audio":
+        return np.dtype(np.float32)
+    raise PlanError(
+        f"chain {label}: its dtype is only known after reading; end it with "
+        "transforms.to_dtype(...) to give the column a type"
+    )
+
+
+def _arrow_value_type(dtype: np.dtype, label: str) -> Any:
+    pa = pa_module()
+    try:
+        return pa.from_numpy_dtype(dtype)
+    except (pa.ArrowNotImplementedError, NotImplementedError, TypeError) as exc:
+        raise PlanError(
+            f"chain {label}: Arrow has no {dtype} type; cast with to_dtype('float32')"
+        ) from exc
+
+
+# -- reading values ---------------------------------------------------------------------------
+
+
+def _reader(values: Any) -> Callable[[int], memoryview]:
+    """``value(i)``: row ``i`` of a binary/large_binary/binary_view array, zero-copy."""
+    pa = pa_module()
+    buffers = values.buffers()
+    start = values.offset
+    empty = memoryview(b"")
+
+    def raw(buffer: Any) -> memoryview:
+        return memoryview(buffer).cast("B") if buffer is not None else empty
+
+    if values.type == pa.binary_view() or values.type == pa.string_view():
+        views_raw = raw(buffers[1])
+        views = np.frombuffer(views_raw, np.int32).reshape(-1, 4)
+        data = [raw(b) for b in buffers[2:]]
+
+        def view(i: int) -> memoryview:
+            j = start + i
+            length, _, index, offset = (int(v) for v in views[j])
+            if length <= 12:  # stored inline, after the length
+                return views_raw[j * 16 + 4 : j * 16 + 4 + length]
+            return data[index][offset : offset + length]
+
+        return view
+    wide = pa.types.is_large_binary(values.type) or pa.types.is_large_string(values.type)
+    offsets = np.frombuffer(buffers[1], np.int64 if wide else np.int32)
+    body = raw(buffers[2])
+
+    def plain(i: int) -> memoryview:
+        return body[int(offsets[start + i]) : int(offsets[start + i + 1])]
+
+    return plain
+
+
+def _as_view(values: Any) -> Any:
+    pa = pa_module()
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if values.type in (pa.binary_view(), pa.string_view()) or pa.types.is_binary(values.type):
+        return values
+    if pa.types.is_large_binary(values.type) or pa.types.is_string(values.type):
+        return values
+    if pa.types.is_large_string(values.type):
+        return values
+    raise DecodeError(f"a chain reads binary or string (path) values, got {values.type}")
+
+
+# -- running -----------------------------------------------------------------------------------
+
+
+def run_batch(chain: ChainKernel, values: Any, *, paths: bool = False) -> Any:
+    """Run ``chain``'s kernel over every value of an Arrow array; an array of ``arrow_type``.
+
+    ``values`` are encoded bytes (``binary``, ``large_binary`` or ``binary_view``), or
+    paths/URIs (UTF-8) when ``paths`` is true. Null values give null rows.
+
+    Raises:
+        DataioError: the first failing row's error (its class kept), naming the row.
+    """
+    values = _as_view(values)
+    valid = ~np.asarray(values.is_null().to_numpy(zero_copy_only=False), bool)
+    out, results = _run_rows(chain, values, valid, paths=paths)
+    if out is not None:
+        return _tensor_column(chain, out, valid)
+    return _variable_column(chain, results, valid)
+
+
+def _run_rows(
+    chain: ChainKernel, values: Any, rows: np.ndarray, *, paths: bool = False
+) -> tuple[np.ndarray | None, list[np.ndarray | None]]:
+    """The kernel over the rows where ``rows`` is true: one buffer when the shape is
+    static (other rows zero), else one array per row (``None`` elsewhere)."""
+    n = len(values)
+    read = _reader(values)
+    shape = chain.kernel.row_shape
+    out = np.zeros((n, *shape), chain.dtype) if shape is not None else None
+    results: list[np.ndarray | None] = [None] * n
+
+    def work(lo: int, hi: int) -> None:
+        run = chain.kernel.run
+        assert run is not None  # a chain always has a kernel
+        for i in range(lo, hi):
+            if not rows[i]:
+                continue
+            data: Any = read(i)
+            try:
+                if paths:
+                    from dataio.io import read_bytes
+
+                    data = read_bytes(bytes(data).decode("utf-8", "surrogateescape"))
+                value, _ = run(data, None, None if out is None else out[i])
+            except Exception as exc:
+                raise _row_error(chain, exc, i, read(i), paths) from exc
+            if out is None:
+                results[i] = _checked(chain, np.asarray(value), i)
+
+    _spread(work, n)
+    return out, results
+
+
+def _spread(work: Callable[[int, int], None], n: int) -> None:
+    """Rows in contiguous runs on the CPU pool; the first failing row's error is raised."""
+    from dataio.engine.pool import cpu_pool, cpu_workers
+
+    tasks = min(cpu_workers(), n)
+    if tasks <= 1 or getattr(_local, "inside", False) or _on_pool_thread():
+        work(0, n)  # a pool thread waiting on the pool could starve it
+        return
+    bounds = np.linspace(0, n, tasks + 1).astype(int)
+
+    def task(lo: int, hi: int) -> None:
+        _local.inside = True
+        try:
+            work(lo, hi)
+        finally:
+            _local.inside = False
+
+    futures = [cpu_pool().submit(task, int(lo), int(hi)) for lo, hi in itertools.pairwise(bounds)]
+    errors = [f.exception() for f in futures]  # waits for all: none writes after we return
+    for error in errors:
+        if error is not None:
+            raise error
+
+
+def _on_pool_thread() -> bool:
+    return threading.current_thread().name.startswith("dataio-cpu")
+
+
+def _row_error(chain: ChainKernel, exc: Exception, row: int, data: Any, paths: bool) -> Exception:
+    what = f"path {bytes(data).decode('utf-8', 'replace')!r}" if paths else f"{len(data)} bytes"
+    message = f"chain {chain.label}: row {row} of the batch ({what}): {exc}"
+    if isinstance(exc, DataioError):
+        try:
+            return type(exc)(message)
+        except TypeError:  # a subclass with its own constructor (LimitError): same fields
+            error = copy.copy(exc)
+            error.args = (message,)
+            return error
+    return DecodeError(f"{message} ({type(exc).__name__})")
+
+
+def _checked(chain: ChainKernel, value: np.ndarray, row: int) -> np.ndarray:
+    if value.dtype == chain.dtype:
+        return value
+    if not np.can_cast(value.dtype, chain.dtype, "same_kind"):
+        raise TransformError(
+            f"chain {chain.label}: row {row} gave {value.dtype}, not {chain.dtype}; "
+            "end the chain with to_dtype(...)"
+        )
+    return value.astype(chain.dtype)
+
+
+def _validity(valid: np.ndarray) -> Any:
+    pa = pa_module()
+    if valid.all():
+        return None
+    return pa.array(~valid, pa.bool_())
+
+
+def _tensor_column(chain: ChainKernel, out: np.ndarray, valid: np.ndarray) -> Any:
+    pa = pa_module()
+    size = int(np.prod(out.shape[1:], dtype=np.int64))
+    flat = pa.array(out.reshape(-1), type=chain.arrow_type.value_type)  # no copy for numbers
+    mask = _validity(valid)
+    storage = pa.FixedSizeListArray.from_arrays(flat, size, mask=mask)
+    return pa.ExtensionArray.from_storage(chain.arrow_type, storage)
+
+
+def _variable_column(
+    chain: ChainKernel, results: list[np.ndarray | None], valid: np.ndarray
+) -> Any:
+    pa = pa_module()
+    value_type = chain.arrow_type.field("data").type.value_type
+    sizes = np.array([0 if r is None else r.size for r in results], np.int64)
+    offsets = np.zeros(len(results) + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    flat = np.empty(int(offsets[-1]), chain.dtype)
+    for r, lo in zip(results, offsets[:-1], strict=False):
+        if r is not None:
+            flat[lo : lo + r.size] = r.reshape(-1)
+    ndims = np.array([0 if r is None else r.ndim for r in results], np.int32)
+    shape_offsets = np.zeros(len(results) + 1, np.int32)
+    np.cumsum(ndims, out=shape_offsets[1:])
+    dims = [d for r in results if r is not None for d in r.shape]
+    mask = _validity(valid)
+    data = pa.LargeListArray.from_arrays(
+        pa.array(offsets), pa.array(flat, type=value_type), type=pa.large_list(value_type)
+    )
+    shapes = pa.ListArray.from_arrays(pa.array(shape_offsets), pa.array(dims, pa.int32()))
+    return pa.StructArray.from_arrays([data, shapes], names=["data", "shape"], mask=mask)
+
+
+# -- DataFusion --------------------------------------------------------------------------------
+
+
+def chain_udf(ops: tuple[Op, ...], name: str) -> Any:
+    """A DataFusion scalar function ``name(bytes)`` running the chain (for SQL).
+
+    ``bytes`` may be any binary column; for columns of paths, use the frame expression.
+    """
+    import pyarrow as pa
+    from datafusion import udf
+
+    chain = chain_kernel(ops)
+
+    def call(values: Any) -> Any:
+        return run_batch(chain, values)
+
+    field = pa.field(name, chain.arrow_type)
+    return udf(call, [pa.field("value", pa.binary_view())], field, "immutable", name)
+
+
+def _frame_udf(ops: tuple[Op, ...]) -> Any:
+    """The chain as a two-argument function: the values as views and their type's name."""
+    import pyarrow as pa
+    from datafusion import udf
+
+    chain = chain_kernel(ops)
+
+    def call(values: Any, types: Any) -> Any:
+        kind = types[0].as_py() if len(types) else None
+        return run_batch(chain, values, paths=kind in _PATH_TYPES)
+
+    inputs = [pa.field("value", pa.binary_view()), pa.field("type", pa.string())]
+    return udf(call, inputs, pa.field("chain", chain.arrow_type), "immutable", "dataio_chain")
+
+
+def compile_chain(ops: tuple[Op, ...], value: Any) -> Any:
+    """A DataFusion expression running the chain over the compiled expression ``value``.
+
+    Binary columns are read as bytes, string columns as paths; the kernel runs once per
+    record batch when the frame runs.
+    """
+    import pyarrow as pa
+    from datafusion import functions as f
+
+    return _frame_udf(ops)(value.cast(pa.binary_view()), f.arrow_typeof(value))
+
+
+def decode_image_udf() -> Any:
+    """``decode_image(bytes, mode)``: ``{height, width, channels, pixels}`` per image.
+
+    ``pixels`` are the ``uint8`` HWC bytes. Batched: one decode chain per mode, rows
+    spread over the CPU pool, values read zero-copy.
+    """
+    import pyarrow as pa
+    from datafusion import udf
+
+    struct = pa.struct(
+        [
+            ("height", pa.int32()),
+            ("width", pa.int32()),
+            ("channels", pa.int32()),
+            ("pixels", pa.binary()),
+        ]
+    )
+
+    def call(values: Any, modes: Any) -> Any:
+        return _decode_images(values, modes, struct)
+
+    inputs = [pa.field("bytes", pa.binary_view()), pa.field("mode", pa.string_view())]
+    return udf(call, inputs, pa.field("image", struct), "immutable", "decode_image")
+
+
+def _decode_images(values: Any, modes: Any, struct: Any) -> Any:
+    import pyarrow as pa
+
+    from dataio import decoders
+    from dataio.udfs.image import CHANNELS
+
+    values = _as_view(values)
+    n = len(values)
+    valid = ~np.asarray(values.is_null().to_numpy(zero_copy_only=False), bool)
+    mode_values = modes.cast(pa.string()).to_pylist() if n else []
+    if len(mode_values) == 1 and n > 1:  # a constant
+        mode_values = mode_values * n
+    pieces: list[np.ndarray | None] = [None] * n
+    for mode in sorted({m for m, v in zip(mode_values, valid, strict=True) if v}, key=str):
+        if mode not in CHANNELS:
+            raise DecodeError(f"decode_image mode must be one of {list(CHANNELS)}, got {mode!r}")
+        rows = valid & np.array([m == mode for m in mode_values], bool)
+        _, results = _run_rows(chain_kernel((decoders.image(mode=mode),)), values, rows)
+        for i in np.flatnonzero(rows):
+            pieces[i] = results[i]
+    valid &= np.array([p is not None for p in pieces], bool)
+    shapes = np.array([p.shape if p is not None else (0, 0, 0) for p in pieces], np.int32)
+    sizes = np.array([0 if p is None else p.size for p in pieces], np.int64)
+    if sizes.sum() > _MAX_BINARY:
+        raise QueryError(
+            f"decode_image: {int(sizes.sum())} pixel bytes in one batch exceed a binary "
+            "column's 2 GiB; decode fewer or smaller images per batch"
+        )
+    offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(sizes, out=offsets[1:])
+    body = np.empty(int(offsets[-1]), np.uint8)
+    for k, p in enumerate(pieces):
+        if p is not None:
+            body[int(offsets[k]) : int(offsets[k + 1])] = p.reshape(-1)
+    pixels = pa.Array.from_buffers(
+        pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(body)]
+    )
+    shapes = shapes.reshape(n, 3)
+    return pa.StructArray.from_arrays(
+        [pa.array(shapes[:, 0]), pa.array(shapes[:, 1]), pa.array(shapes[:, 2]), pixels],
+        fields=list(struct),
+        mask=_validity(valid),
+    )
