@@ -25,6 +25,7 @@ the scalar function then runs that kernel over each record batch DataFusion hand
 
 from __future__ import annotations
 
+import collections
 import copy
 import functools
 import itertools
@@ -52,6 +53,7 @@ __all__ = [
 _PATH_TYPES = ("Utf8", "LargeUtf8", "Utf8View")
 _MAX_BINARY = 2**31 - 1  # a plain ``binary`` array's int32 offsets
 _local = threading.local()
+_recent: collections.deque[DataioError] = collections.deque(maxlen=32)  # append is atomic
 
 
 @dataclass(frozen=True)
@@ -312,13 +314,33 @@ def _row_error(chain: ChainKernel, exc: Exception, row: int, data: Any, paths: b
     what = f"path {bytes(data).decode('utf-8', 'replace')!r}" if paths else f"{len(data)} bytes"
     message = f"chain {chain.label}: row {row} of the batch ({what}): {exc}"
     if isinstance(exc, DataioError):
-        try:
-            return type(exc)(message)
-        except TypeError:  # a subclass with its own constructor (LimitError): same fields
-            error = copy.copy(exc)
-            error.args = (message,)
-            return error
-    return DecodeError(f"{message} ({type(exc).__name__})")
+        error = _renamed(exc, message)
+    else:  # a kernel library failed in a way it does not document
+        error = DecodeError(f"{message} ({type(exc).__name__})")
+    _recent.append(error)
+    return error
+
+
+def _renamed(exc: DataioError, message: str) -> DataioError:
+    """An error of ``exc``'s class (and fields) with another message."""
+    try:
+        return type(exc)(message)
+    except TypeError:  # a subclass with its own constructor (LimitError)
+        error = copy.copy(exc)
+        error.args = (message,)
+        return error
+
+
+def raised_error(message: str, where: str) -> DataioError | None:
+    """The row error a batched kernel raised, found in the engine's error ``message``.
+
+    DataFusion reports a Python function's exception as text; this gives the caller back
+    the error's own class (``DecodeError``, ``LimitError``, ...), prefixed with ``where``.
+    """
+    for error in reversed(_recent):
+        if repr(error) in message:
+            return _renamed(error, f"{where}: {error}")
+    return None
 
 
 def _checked(chain: ChainKernel, value: np.ndarray, row: int) -> np.ndarray:
