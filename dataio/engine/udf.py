@@ -26,7 +26,6 @@ the scalar function then runs that kernel over each record batch DataFusion hand
 from __future__ import annotations
 
 import collections
-import copy
 import functools
 import itertools
 import threading
@@ -326,7 +325,8 @@ def _renamed(exc: DataioError, message: str) -> DataioError:
     try:
         return type(exc)(message)
     except TypeError:  # a subclass with its own constructor (LimitError)
-        error = copy.copy(exc)
+        error = type(exc).__new__(type(exc))
+        error.__dict__.update(exc.__dict__)
         error.args = (message,)
         return error
 
