@@ -260,7 +260,7 @@ def test_with_columns_is_lazy(tmp_path: Path, jpegs: list[bytes]) -> None:
     lazy = frame.with_columns(x=chain("jpeg", IMAGENET))  # plans only: nothing is read
     assert lazy.schema.field("x").type == pa.fixed_shape_tensor(pa.float32(), [3, 224, 224])
     assert bad.columns == lazy.columns == ["jpeg", "x"]
-    with pytest.raises(dataio.DataioError, match="images.parquet"):
+    with pytest.raises(dataio.DataioError, match=r"images\.parquet"):
         lazy.collect()
 
 
