@@ -285,7 +285,9 @@ def _spread(work: Callable[[int, int], None], n: int) -> None:
     """Rows in contiguous runs on the CPU pool; the first failing row's error is raised."""
     from dataio.engine.pool import cpu_pool, cpu_workers
 
-    tasks = min(cpu_workers(), n)
+    workers = cpu_workers()
+    # a few runs per worker even out images of unequal cost (sizes vary within a batch)
+    tasks = min(4 * workers, n) if workers > 1 else 1
     if tasks <= 1 or getattr(_local, "inside", False) or _on_pool_thread():
         work(0, n)  # a pool thread waiting on the pool could starve it
         return
