@@ -757,49 +757,6 @@ def run_chain(
     return write_pixels(pixels, spec, out), source_hw
 
 
-def decode_image_array(values: Any, modes: Any) -> Any:
-    """Arrow kernel: decode a binary array into a struct array of images.
-
-    Each output row is ``{height, width, channels, pixels}`` with ``pixels`` the
-    ``uint8`` HWC bytes; null inputs give null rows. ``modes`` holds the mode per row
-    (a constant in SQL). Used as the ``decode_image`` SQL function.
-    """
-    import pyarrow as pa
-
-    heights: list[int | None] = []
-    widths: list[int | None] = []
-    channels: list[int | None] = []
-    pixels: list[bytes | None] = []
-    mode_values = modes.to_pylist()
-    for i, value in enumerate(values):
-        buffer = value.as_buffer() if value.is_valid else None
-        if buffer is None:
-            heights.append(None)
-            widths.append(None)
-            channels.append(None)
-            pixels.append(None)
-            continue
-        mode = mode_values[i] if i < len(mode_values) else mode_values[0]
-        if mode not in CHANNELS:
-            raise DecodeError(f"decode_image mode must be one of {list(CHANNELS)}, got {mode!r}")
-        image = decode_image(memoryview(buffer).cast("B"), mode)
-        heights.append(image.shape[0])
-        widths.append(image.shape[1])
-        channels.append(image.shape[2])
-        pixels.append(image.tobytes())
-    mask = pa.array([p is None for p in pixels], pa.bool_())  # typed: a batch may be empty
-    return pa.StructArray.from_arrays(
-        [
-            pa.array(heights, pa.int32()),
-            pa.array(widths, pa.int32()),
-            pa.array(channels, pa.int32()),
-            pa.array(pixels, pa.binary()),
-        ],
-        names=["height", "width", "channels", "pixels"],
-        mask=mask,
-    )
-
-
 def image_size_array(values: Any) -> Any:
     """Arrow kernel: ``{height, width}`` from each image header, without decoding pixels."""
     import pyarrow as pa
