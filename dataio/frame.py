@@ -552,8 +552,6 @@ def sql(query: str, *, functions: Mapping[str, Any] | None = None, **tables: Any
 
 
 def _functions(functions: Mapping[str, Any] | None) -> tuple[tuple[str, tuple[Any, ...]], ...]:
-    from dataio.engine.udf import chain_ops
-
     if functions is None:
         return ()
     if not isinstance(functions, Mapping):
@@ -561,7 +559,27 @@ def _functions(functions: Mapping[str, Any] | None) -> tuple[tuple[str, tuple[An
     for name in functions:
         if not isinstance(name, str) or not name.isidentifier():
             raise PlanError(f"sql() function names must be identifiers, got {name!r}")
-    return tuple((name, chain_ops(value)) for name, value in functions.items())
+    return tuple((name, _chain_ops(value)) for name, value in functions.items())
+
+
+def _chain_ops(value: Any) -> tuple[Any, ...]:
+    """The ops of a chain given as an ``Expr("chain", ...)``, a slot, a chain or ops."""
+    from dataio.ops import Op
+
+    if isinstance(value, Expr):
+        node = value.args[0] if value.op == "alias" else value
+        if node.op == "chain":
+            return tuple(node.args[1])
+    elif isinstance(value, Op):
+        return (value,)
+    elif hasattr(value, "ops") and isinstance(value.ops, tuple):
+        return tuple(value.ops)
+    elif isinstance(value, Sequence) and value and all(isinstance(v, Op) for v in value):
+        return tuple(value)
+    raise PlanError(
+        "a SQL function needs a chain: an expression built from col(...) with a decoder "
+        f"and transforms, a slot, dataio.chain() or a sequence of ops; got {value!r}"
+    )
 
 
 def _table_node(name: str, value: Any) -> Node:

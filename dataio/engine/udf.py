@@ -29,7 +29,7 @@ import collections
 import functools
 import itertools
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +42,6 @@ from dataio.ops import Op
 __all__ = [
     "ChainKernel",
     "chain_kernel",
-    "chain_ops",
     "chain_udf",
     "compile_chain",
     "decode_image_udf",
@@ -73,26 +72,6 @@ class ChainKernel:
     dtype: np.dtype
     arrow_type: Any
     label: str
-
-
-def chain_ops(value: Any) -> tuple[Op, ...]:
-    """The ops of a chain given as an ``Expr("chain", ...)``, a slot, a chain or ops."""
-    from dataio.expr import Expr
-
-    if isinstance(value, Expr):
-        node = value.args[0] if value.op == "alias" else value
-        if node.op == "chain":
-            return tuple(node.args[1])
-    elif isinstance(value, Op):
-        return (value,)
-    elif hasattr(value, "ops") and isinstance(value.ops, tuple):
-        return tuple(value.ops)
-    elif isinstance(value, Sequence) and value and all(isinstance(v, Op) for v in value):
-        return tuple(value)
-    raise PlanError(
-        "a SQL function needs a chain: an expression built from col(...) with a decoder "
-        f"and transforms, a slot, dataio.chain() or a sequence of ops; got {value!r}"
-    )
 
 
 def chain_kernel(ops: tuple[Op, ...]) -> ChainKernel:
