@@ -68,6 +68,16 @@ def tensors(column: Any) -> np.ndarray:
     return array.storage.values.to_numpy(zero_copy_only=False).reshape(len(array), *shape)
 
 
+def variable_rows(column: Any) -> list[np.ndarray]:
+    """The rows of a variable-shape struct column as arrays of its value type."""
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    data, shapes = array.field("data"), array.field("shape")
+    return [
+        data[i].values.to_numpy(zero_copy_only=False).reshape(shapes[i].as_py())
+        for i in range(len(array))
+    ]
+
+
 def pipeline_values(jpegs: list[bytes], ops: tuple[Op, ...]) -> np.ndarray:
     """The reference path: a pipeline slot holding the same chain."""
     pipe = dataio.pipeline(dataio.slot("x", field="jpeg").then(*ops), dataio.batch(len(jpegs)))
@@ -176,8 +186,7 @@ def test_variable_shapes_give_data_and_shape(jpegs: list[bytes]) -> None:
         [("data", pa.large_list(pa.uint8())), ("shape", pa.list_(pa.int32()))]
     )
     expected = [np.asarray(v) for v in _pipeline_rows(jpegs, ops)]
-    for row, want in zip(column.to_pylist(), expected, strict=True):
-        got = np.asarray(row["data"], np.uint8).reshape(row["shape"])
+    for got, want in zip(variable_rows(column), expected, strict=True):
         assert min(got.shape[:2]) == 64
         np.testing.assert_array_equal(got, want)
 
@@ -310,3 +319,86 @@ def test_chains_frames_cannot_run_are_refused_when_planned(
 def test_sql_functions_are_checked(parquet: Path, functions: Any, message: str) -> None:
     with pytest.raises(PlanError, match=message):
         dataio.sql("SELECT 1 FROM t", t=parquet, functions=functions)
+
+
+# -- every deterministic op: frame expression == SQL function == pipeline slot -----------------
+
+OP_CHAINS = {
+    "decode": (decoders.image(),),
+    "decode-gray": (decoders.image(mode="gray"),),
+    "decode-rgba-exact": (decoders.image(mode="rgba", exact=True),),
+    "resize": (decoders.image(), transforms.resize(h=40, w=56)),
+    "resize_short": (decoders.image(), transforms.resize_short(48)),
+    "center_crop": (decoders.image(), transforms.center_crop(h=100, w=90)),
+    "normalize-hwc": (
+        decoders.image(),
+        transforms.resize(h=32, w=32),
+        transforms.normalize(mean=0.5, std=0.25, layout="HWC"),
+    ),
+    "output-chw": (
+        decoders.image(),
+        transforms.resize(h=24, w=20),
+        transforms.output(layout="CHW"),
+    ),
+    "output-float": (
+        decoders.image(),
+        transforms.center_crop(h=64, w=64),
+        transforms.output(dtype="float32"),
+    ),
+    "pad": (decoders.image(), transforms.resize(h=16, w=16), transforms.pad(top=2, left=3)),
+    "rotate90": (decoders.image(), transforms.resize(h=16, w=24), transforms.rotate90(1)),
+    "grayscale": (decoders.image(), transforms.grayscale(channels=3)),
+    "to_dtype": (decoders.image(), transforms.to_dtype("float32", scale=True)),
+    "standardize": (
+        decoders.image(),
+        transforms.resize(h=20, w=20),
+        transforms.to_dtype("float32"),
+        transforms.standardize(),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OP_CHAINS))
+def test_each_op_gives_the_slot_values(jpegs: list[bytes], name: str) -> None:
+    ops = OP_CHAINS[name]
+    table = pa.table({"jpeg": pa.array(jpegs[:3], pa.binary())})
+    by_expr = dataio.sql("SELECT * FROM t", t=table).with_columns(x=chain("jpeg", ops)).collect()
+    by_sql = dataio.sql("SELECT f(jpeg) AS x FROM t", t=table, functions={"f": ops}).collect()
+    assert by_sql.column("x").equals(by_expr.column("x"))
+    column = by_expr.column("x").combine_chunks()
+    if isinstance(column.type, pa.FixedShapeTensorType):
+        got = list(tensors(column))
+    else:
+        got = variable_rows(column)
+    for value, want in zip(got, _pipeline_rows(jpegs[:3], ops), strict=True):
+        assert value.dtype == want.dtype
+        np.testing.assert_array_equal(value, want)
+
+
+def test_audio_and_tensor_chains(tmp_path: Path) -> None:
+    import soundfile
+
+    waves, arrays = [], []
+    for n in (800, 1300):
+        buffer = io.BytesIO()
+        soundfile.write(
+            buffer, np.sin(np.arange(n) / 7).astype(np.float32) / 2, 8000, "FLOAT", format="WAV"
+        )
+        waves.append(buffer.getvalue())
+        buffer = io.BytesIO()
+        np.save(buffer, np.arange(n // 100, dtype=np.int16).reshape(-1, 1))
+        arrays.append(buffer.getvalue())
+    frame = dataio.sql("SELECT * FROM t", t=pa.table({"wav": waves, "npy": arrays}))
+    audio = (decoders.audio(), transforms.fix_length(1000))
+    tensor = (decoders.numpy(), transforms.to_dtype("float32"))
+    table = frame.with_columns(a=chain("wav", audio), n=chain("npy", tensor)).collect()
+    got_audio, got_arrays = variable_rows(table.column("a")), variable_rows(table.column("n"))
+    for i, (wave, data) in enumerate(zip(waves, arrays, strict=True)):
+        expected, _ = soundfile.read(io.BytesIO(wave), dtype="float32", always_2d=True)
+        start = max(0, (len(expected) - 1000) // 2)  # fix_length crops at the centre
+        fixed = np.zeros((1000, 1), np.float32)  # and pads at the end
+        fixed[: min(1000, len(expected))] = expected[start : start + 1000]
+        np.testing.assert_array_equal(got_audio[i], fixed)
+        np.testing.assert_array_equal(got_arrays[i], np.load(io.BytesIO(data)).astype(np.float32))
+    with pytest.raises(PlanError, match="to_dtype"):
+        frame.with_columns(n=chain("npy", (decoders.numpy(),)))
