@@ -402,3 +402,14 @@ def test_audio_and_tensor_chains(tmp_path: Path) -> None:
         np.testing.assert_array_equal(got_arrays[i], np.load(io.BytesIO(data)).astype(np.float32))
     with pytest.raises(PlanError, match="to_dtype"):
         frame.with_columns(n=chain("npy", (decoders.numpy(),)))
+
+
+@pytest.mark.parametrize("ops", [IMAGENET, (decoders.image(),)], ids=["static", "variable"])
+@pytest.mark.parametrize("kind", ["binary", "large_binary", "binary_view"])
+def test_empty_and_all_null_batches(ops: tuple[Op, ...], kind: str) -> None:
+    dtype = getattr(pa, kind)()
+    chain_ = chain_kernel(ops)
+    empty = run_batch(chain_, pa.array([], dtype))
+    nulls = run_batch(chain_, pa.array([None, None], dtype))
+    assert empty.type == nulls.type == chain_.arrow_type
+    assert len(empty) == 0 and nulls.null_count == 2
