@@ -235,7 +235,7 @@ def _run_rows(
     n = len(values)
     read = _reader(values)
     shape = chain.kernel.row_shape
-    out = np.zeros((n, *shape), chain.dtype) if shape is not None else None
+    out = _allocate((n, *shape), chain.dtype, rows) if shape is not None else None
     results: list[np.ndarray | None] = [None] * n
 
     def work(lo: int, hi: int) -> None:
@@ -258,6 +258,20 @@ def _run_rows(
 
     _spread(work, n)
     return out, results
+
+
+def _allocate(shape: tuple[int, ...], dtype: np.dtype, rows: np.ndarray) -> np.ndarray:
+    """The output buffer, from Arrow's memory pool; rows that will not run are zeroed.
+
+    The pool reuses freed pages: a fresh NumPy array of one batch (77 MB for 128 ImageNet
+    rows) faults every page in, measured here at 15-31 ms a batch against 10 ms.
+    """
+    if dtype == np.bool_:  # Arrow packs booleans into bits: converted when wrapped
+        return np.zeros(shape, dtype)
+    size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    out = np.frombuffer(pa_module().allocate_buffer(size), dtype).reshape(shape)
+    out[~rows] = 0
+    return out
 
 
 def _spread(work: Callable[[int, int], None], n: int) -> None:
