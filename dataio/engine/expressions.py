@@ -122,6 +122,14 @@ def check_expr(expr: Expr, df: Any, ctx: Any, where: str) -> None:
                 f"{where}: column {name!r} not found; available columns: {list(names)}"
             )
     for node in expr.walk():
+        if node.op == "chain":  # a slot chain reads bytes or paths
+            with guard(where):
+                base = df.select(compile_expr(node.args[0], ctx).alias("v")).schema().field(0)
+            if _kind(base.type) not in ("binary", "string"):
+                raise QueryError(
+                    f"{where}: a decoder reads bytes or paths, but {node.args[0].describe()} "
+                    f"is {base.type}"
+                )
         if node.op != "binary" or node.args[0] not in _COMPARISONS:
             continue
         left, right = node.args[1], node.args[2]

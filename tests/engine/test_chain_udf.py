@@ -413,3 +413,11 @@ def test_empty_and_all_null_batches(ops: tuple[Op, ...], kind: str) -> None:
     nulls = run_batch(chain_, pa.array([None, None], dtype))
     assert empty.type == nulls.type == chain_.arrow_type
     assert len(empty) == 0 and nulls.null_count == 2
+
+
+def test_chains_read_only_bytes_or_paths() -> None:
+    frame = dataio.sql("SELECT * FROM t", t=pa.table({"n": [1, 2]}))
+    with pytest.raises(dataio.QueryError, match="reads bytes or paths, but col\\('n'\\) is int64"):
+        frame.with_columns(x=chain("n", IMAGENET))
+    with pytest.raises(dataio.QueryError, match="f\\(Int64\\)"):
+        dataio.sql("SELECT f(n) FROM t", t=frame, functions={"f": IMAGENET})
