@@ -15,11 +15,14 @@ from typing import Any, Literal
 from dataio.engine.errors import guard
 from dataio.engine.expressions import check_expr, compile_expr, named
 from dataio.engine.plain import empty_table
+from dataio.engine.records import records_table
 from dataio.engine.relational import join, sql_plan, unqualified
 from dataio.engine.scan import read_file
 from dataio.exceptions import QueryError
 from dataio.frame_plan import (
+    SOURCES,
     Aggregate,
+    FileRecords,
     Filter,
     Join,
     Limit,
@@ -31,6 +34,7 @@ from dataio.frame_plan import (
     Sort,
     Sql,
     WithColumns,
+    source_schema,
 )
 
 __all__ = [
@@ -44,6 +48,7 @@ __all__ = [
     "units",
 ]
 
+SourceNode = Scan | Memory | FileRecords
 Mode = Literal["schema", "collect", "stream", "explain"]
 Materialize = Callable[[Node], Any]
 """Runs a plan and returns its ``pyarrow.Table`` (:func:`dataio.engine.run.collect_table`)."""
@@ -51,18 +56,18 @@ Materialize = Callable[[Node], Any]
 _ROW_OPS = (Filter, PyFilter, Select, WithColumns)
 
 
-def row_chain(node: Node) -> tuple[Scan | Memory, list[Node]] | None:
+def row_chain(node: Node) -> tuple[SourceNode, list[Node]] | None:
     """A scan (or table) followed by row-local steps only, as (source, steps)."""
     steps: list[Node] = []
     while isinstance(node, _ROW_OPS):
         steps.append(node)
         node = node.input
-    if isinstance(node, Scan | Memory):
+    if isinstance(node, SOURCES):
         return node, steps[::-1]
     return None
 
 
-def units(source: Scan | Memory) -> list[str | None]:
+def units(source: SourceNode) -> list[str | None]:
     """The files a source runs as, one plan each (``[None]``: an in-memory table)."""
     return list(source.files) if isinstance(source, Scan) else [None]
 
@@ -167,13 +172,14 @@ def compile_plan(
     return apply_step(node, compile_plan(inner[0], ctx, mode, materialize=materialize), ctx, mode)
 
 
-def compile_source(source: Scan | Memory, ctx: Any, mode: Mode) -> Any:
+def compile_source(source: SourceNode, ctx: Any, mode: Mode) -> Any:
     """A scan (its files in order) or an in-memory table as a DataFusion frame."""
     if mode == "schema":
-        schema = source.schema if isinstance(source, Scan) else source.table.schema
-        return ctx.from_arrow(empty_table(schema))
+        return ctx.from_arrow(empty_table(source_schema(source)))
     if isinstance(source, Memory):
         return ctx.from_arrow(source.table)
+    if isinstance(source, FileRecords):
+        return ctx.from_arrow(records_table(source))
     frames = [read_file(ctx, source, path) for path in source.files]
     df = frames[0]
     for other in frames[1:]:

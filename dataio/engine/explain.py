@@ -6,17 +6,9 @@ from dataio.engine.compile import compile_plan
 from dataio.engine.errors import guard
 from dataio.engine.scan import reads_remote
 from dataio.engine.session import session, workers
-from dataio.frame_plan import Node, PyFilter, walk
+from dataio.frame_plan import Node, PyFilter, tree, walk
 
-__all__ = ["explain", "tree"]
-
-
-def tree(node: Node, indent: int = 0) -> list[str]:
-    """The plan as indented lines, top step first."""
-    lines = ["  " * indent + node.label()]
-    for child in node.children():
-        lines += tree(child, indent + 1)
-    return lines
+__all__ = ["explain"]
 
 
 def explain(node: Node, *, analyze: bool) -> str:

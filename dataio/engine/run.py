@@ -20,7 +20,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from dataio.engine.compile import compile_plan, compile_source, compile_steps, row_chain, units
+from dataio.engine.compile import (
+    SourceNode,
+    compile_plan,
+    compile_source,
+    compile_steps,
+    row_chain,
+    units,
+)
 from dataio.engine.errors import guard, is_engine_error, translate
 from dataio.engine.expressions import column
 from dataio.engine.feather import feather_table
@@ -30,13 +37,13 @@ from dataio.engine.schema import plan_schema
 from dataio.engine.session import scan_partitions, scan_session, session, workers
 from dataio.engine.tail import limit_batches, python_filter, split_tail
 from dataio.exceptions import DataioError
-from dataio.frame_plan import Limit, Memory, Node, PyFilter, Scan
+from dataio.frame_plan import Limit, Node, PyFilter, Scan
 
 __all__ = ["collect_table", "plain_frame", "run", "stream_batches"]
 
 
 def _chain_batches(
-    source: Scan | Memory, steps: list[Node], *, parallel: bool, hint: int | None, schema: Any
+    source: SourceNode, steps: list[Node], *, parallel: bool, hint: int | None, schema: Any
 ) -> Iterator[Any]:
     """The chain's batches in file order.
 
@@ -133,7 +140,7 @@ def plain_frame(df: Any) -> Any:
     return df.select(*columns)
 
 
-def _where(source: Scan | Memory, steps: list[Node]) -> str:
+def _where(source: SourceNode, steps: list[Node]) -> str:
     return " -> ".join([source.label(), *(s.label() for s in steps)])
 
 

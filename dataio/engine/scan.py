@@ -19,6 +19,8 @@ __all__ = [
     "read_file",
     "read_path",
     "reads_remote",
+    "row_count",
+    "scan_options",
     "scan_schema",
 ]
 
@@ -199,3 +201,38 @@ def listing(scan: Scan) -> tuple[str, str] | None:
 def reads_remote(node: Node) -> bool:
     """Whether any scan in the plan reads an object store."""
     return any(isinstance(n, Scan) and any(is_remote(f) for f in n.files) for n in walk(node))
+
+
+def row_count(scan: Scan) -> int:
+    """The rows of a Parquet or Feather scan, from its files' metadata (no data read)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dataio.formats._arrow import check_regular, open_error
+
+    total = 0
+    for path in scan.files:
+        try:
+            check_regular(path, scan.label())
+            if scan.format == "parquet":
+                total += pq.read_metadata(path).num_rows
+            else:
+                with pa.memory_map(path) as source:
+                    reader = pa.ipc.open_file(source)
+                    total += sum(
+                        reader.get_batch(i).num_rows for i in range(reader.num_record_batches)
+                    )
+        except pa.ArrowException as exc:
+            raise FormatError(f"{scan.label()}: cannot read {path!r}: {exc}") from None
+        except OSError as exc:
+            raise open_error(exc, path, scan.label()) from None
+    return total
+
+
+def scan_options(fmt: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` of a scan in their canonical form (TFRecord compression names)."""
+    if fmt == "tfrecord" and options.get("compression") is not None:
+        from dataio.formats.tfrecord import compression_option
+
+        return {**options, "compression": compression_option(options["compression"])}
+    return options

@@ -13,16 +13,16 @@ from dataio.engine.plain import empty_table, plain_schema
 from dataio.engine.session import scan_session
 from dataio.expr import Expr
 from dataio.frame_plan import (
+    SOURCES,
     Aggregate,
     Filter,
     Limit,
-    Memory,
     Node,
     PyFilter,
-    Scan,
     Select,
     Sort,
     WithColumns,
+    source_schema,
 )
 
 __all__ = ["plan_schema"]
@@ -40,9 +40,8 @@ def plan_schema(node: Node) -> Any:
     if known is not None:
         return known
     inner = node.children()
-    if isinstance(node, Scan | Memory):
-        before = node.schema if isinstance(node, Scan) else node.table.schema
-        schema = _step_schema(node, before)
+    if isinstance(node, SOURCES):
+        schema = _step_schema(node, source_schema(node))
     elif isinstance(node, _ONE_STEP) and len(inner) == 1 and _checked_before(inner[0]):
         schema = _step_schema(node, _SCHEMAS[inner[0]])
     else:
@@ -53,7 +52,7 @@ def plan_schema(node: Node) -> Any:
 
 def _checked_before(node: Node) -> bool:
     """Whether ``node``'s schema is known (sources: found now, from their own schema)."""
-    if node not in _SCHEMAS and isinstance(node, Scan | Memory):
+    if node not in _SCHEMAS and isinstance(node, SOURCES):
         plan_schema(node)
     return node in _SCHEMAS
 
@@ -69,7 +68,7 @@ def _step_schema(node: Node, before: Any) -> Any:
     microseconds instead of ~1 ms of DataFusion planning. Steps holding Python callables
     are checked every time.
     """
-    source = isinstance(node, Scan | Memory)
+    source = isinstance(node, SOURCES)
     step = () if source else _step_key(node)
     key = None if step is None else (type(node).__name__, step, before.serialize().to_pybytes())
     if key is not None:
