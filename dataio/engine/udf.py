@@ -62,14 +62,17 @@ class ChainKernel:
         ops: the chain's ops, decoder first.
         kernel: the fused kernel (the one a pipeline slot runs).
         dtype: the NumPy dtype of every output value.
-        arrow_type: ``fixed_shape_tensor`` when ``kernel.row_shape`` is set, else the
-            variable-shape struct ``{data: large_list<dtype>, shape: list<int32>}``.
+        shape: the per-row shape when static (the kernel's, else the registry's
+            :func:`~dataio.registry.chain_type`), else ``None``.
+        arrow_type: ``fixed_shape_tensor`` when ``shape`` is set, else the variable-shape
+            struct ``{data: large_list<dtype>, shape: list<int32>}``.
         label: the chain as text, for errors.
     """
 
     ops: tuple[Op, ...]
     kernel: SlotKernel
     dtype: np.dtype
+    shape: tuple[int, ...] | None
     arrow_type: Any
     label: str
 
@@ -93,14 +96,13 @@ def _cached_kernel(ops: tuple[Op, ...]) -> ChainKernel:
 
 
 def _lower_chain(ops: tuple[Op, ...]) -> ChainKernel:
-    import dataio
-    from dataio.engine.lower import lower
+    from dataio.engine.lower import lower_chain
+    from dataio.registry import chain_type
 
     label = " -> ".join(repr(op) for op in ops) or "an empty chain"
     if not ops or ops[0].kind != "decode":
         raise PlanError(f"chain {label}: it must start with a decoder, e.g. decoders.image()")
-    plan = dataio.pipeline(dataio.slot("value").then(*ops), dataio.batch(1))
-    (kernel,) = lower(plan)  # the very kernel a pipeline slot with this chain runs
+    kernel = lower_chain(ops)  # the very kernel a pipeline slot with this chain runs
     if kernel.random:
         raise PlanError(
             f"chain {label} has random ops: frames and SQL cannot seed them per record "
@@ -113,16 +115,18 @@ def _lower_chain(ops: tuple[Op, ...]) -> ChainKernel:
         raise PlanError(
             f"chain {label} yields Python objects, not arrays; read such columns as they are"
         )
-    dtype = _output_dtype(ops, kernel, label)
+    declared = chain_type(ops)  # the registry's output rule
+    dtype = _output_dtype(kernel, declared.dtype, label)
+    shape = kernel.row_shape or declared.static_shape
+    pa = pa_module()
     value_type = _arrow_value_type(dtype, label)
-    if kernel.row_shape is not None:
-        arrow_type = pa_module().fixed_shape_tensor(value_type, list(kernel.row_shape))
+    if shape is not None:
+        arrow_type = pa.fixed_shape_tensor(value_type, list(shape))
     else:
-        pa = pa_module()
         arrow_type = pa.struct(
             [("data", pa.large_list(value_type)), ("shape", pa.list_(pa.int32()))]
         )
-    return ChainKernel(ops, kernel, dtype, arrow_type, label)
+    return ChainKernel(ops, kernel, dtype, shape, arrow_type, label)
 
 
 def pa_module() -> Any:
@@ -132,16 +136,13 @@ def pa_module() -> Any:
     return pa
 
 
-def _output_dtype(ops: tuple[Op, ...], kernel: SlotKernel, label: str) -> np.dtype:
+def _output_dtype(kernel: SlotKernel, declared: str | None, label: str) -> np.dtype:
     from dataio.udfs.arrays import numpy_dtype
 
-    casts = [op for op in ops if op.name == "to_dtype"]
-    if casts:
-        return numpy_dtype(casts[-1].param("dtype"))
-    if kernel.dtype is not None:
-        return kernel.dtype
-    if ops[0].name == "decode_audio":
-        return np.dtype(np.float32)
+    if kernel.row_shape is not None and kernel.dtype is not None:
+        return kernel.dtype  # what the kernel writes into the buffer
+    if declared is not None:
+        return numpy_dtype(declared) if declared == "bfloat16" else np.dtype(declared)
     raise PlanError(
         f"chain {label}: its dtype is only known after reading; end it with "
         "transforms.to_dtype(...) to give the column a type"
@@ -234,8 +235,9 @@ def _run_rows(
     static (other rows zero), else one array per row (``None`` elsewhere)."""
     n = len(values)
     read = _reader(values)
-    shape = chain.kernel.row_shape
+    shape = chain.shape
     out = _allocate((n, *shape), chain.dtype, rows) if shape is not None else None
+    direct = chain.kernel.row_shape is not None  # the kernel writes into ``out`` itself
     results: list[np.ndarray | None] = [None] * n
 
     def work(lo: int, hi: int) -> None:
@@ -250,11 +252,15 @@ def _run_rows(
                     from dataio.io import read_bytes
 
                     data = read_bytes(bytes(data).decode("utf-8", "surrogateescape"))
-                value, _ = run(data, None, None if out is None else out[i])
+                value, _ = run(data, None, out[i] if direct and out is not None else None)
+                if not direct:
+                    value = _checked(chain, np.asarray(value))
             except Exception as exc:
                 raise _row_error(chain, exc, i, read(i), paths) from exc
             if out is None:
-                results[i] = _checked(chain, np.asarray(value), i)
+                results[i] = value
+            elif not direct:
+                out[i] = value
 
     _spread(work, n)
     return out, results
@@ -338,12 +344,15 @@ def raised_error(message: str, where: str) -> DataioError | None:
     return None
 
 
-def _checked(chain: ChainKernel, value: np.ndarray, row: int) -> np.ndarray:
+def _checked(chain: ChainKernel, value: np.ndarray) -> np.ndarray:
+    """A row as the planned dtype (and shape, when static)."""
+    if chain.shape is not None and value.shape != chain.shape:
+        raise TransformError(f"gave shape {value.shape}, but the chain's type says {chain.shape}")
     if value.dtype == chain.dtype:
         return value
     if not np.can_cast(value.dtype, chain.dtype, "same_kind"):
         raise TransformError(
-            f"chain {chain.label}: row {row} gave {value.dtype}, not {chain.dtype}; "
+            f"gave {value.dtype}, but the chain's type says {chain.dtype}; "
             "end the chain with to_dtype(...)"
         )
     return value.astype(chain.dtype)

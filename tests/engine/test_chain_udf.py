@@ -421,3 +421,35 @@ def test_chains_read_only_bytes_or_paths() -> None:
         frame.with_columns(x=chain("n", IMAGENET))
     with pytest.raises(dataio.QueryError, match="f\\(Int64\\)"):
         dataio.sql("SELECT f(n) FROM t", t=frame, functions={"f": IMAGENET})
+
+
+def test_registry_namespace_chains(parquet: Path, jpegs: list[bytes]) -> None:
+    """``col(...).image...`` builds the chain; unaliased, it keeps (replaces) its column."""
+    prep = dataio.col("jpeg").image.decode().resize(256).center_crop(224).normalize("imagenet")
+    assert isinstance(prep, Expr) and tuple(prep.args[1]) == IMAGENET
+    frame = dataio.scan_parquet(parquet)
+    table = frame.select("key", prep).collect_arrow()
+    assert table.column_names == ["key", "jpeg"]
+    np.testing.assert_array_equal(tensors(table.column("jpeg")), pipeline_values(jpegs, IMAGENET))
+    query = "SELECT prep(jpeg) AS x FROM t ORDER BY key"
+    by_sql = dataio.sql(query, t=frame, functions={"prep": prep}).collect()
+    assert by_sql.column("x").equals(table.column("jpeg"))
+
+
+def test_branches_run_per_value(jpegs: list[bytes]) -> None:
+    from dataio import cond
+
+    wide = (
+        dataio.col("jpeg")
+        .image.decode()
+        .when(cond.shape(axis=1).gt(400))
+        .then(transforms.resize((40, 80)))
+        .otherwise(transforms.resize((40, 40)))
+    )
+    ops = tuple(wide.args[1])
+    frame = dataio.sql("SELECT * FROM t", t=pa.table({"jpeg": jpegs}))
+    column = frame.with_columns(x=wide).collect().column("x")
+    got = variable_rows(column)
+    assert [g.shape[1] for g in got] == [80 if w > 400 else 40 for w, _ in SIZES]
+    for value, want in zip(got, _pipeline_rows(jpegs, ops), strict=True):
+        np.testing.assert_array_equal(value, want)
