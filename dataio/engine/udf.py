@@ -50,7 +50,6 @@ __all__ = [
 
 _PATH_TYPES = ("Utf8", "LargeUtf8", "Utf8View")
 _MAX_BINARY = 2**31 - 1  # a plain ``binary`` array's int32 offsets
-_local = threading.local()
 _recent: collections.deque[DataioError] = collections.deque(maxlen=32)  # append is atomic
 
 
@@ -246,17 +245,19 @@ def _run_rows(
         for i in range(lo, hi):
             if not rows[i]:
                 continue
-            data: Any = read(i)
+            data: Any = None
             try:
+                data = read(i)
+                encoded = data
                 if paths:
                     from dataio.io import read_bytes
 
-                    data = read_bytes(bytes(data).decode("utf-8", "surrogateescape"))
-                value, _ = run(data, None, out[i] if direct and out is not None else None)
+                    encoded = read_bytes(bytes(data).decode("utf-8", "surrogateescape"))
+                value, _ = run(encoded, None, out[i] if direct and out is not None else None)
                 if not direct:
                     value = _checked(chain, np.asarray(value))
             except Exception as exc:
-                raise _row_error(chain, exc, i, read(i), paths) from exc
+                raise _row_error(chain, exc, i, data, paths) from exc
             if out is None:
                 results[i] = value
             elif not direct:
@@ -287,19 +288,11 @@ def _spread(work: Callable[[int, int], None], n: int) -> None:
     workers = cpu_workers()
     # a few runs per worker even out images of unequal cost (sizes vary within a batch)
     tasks = min(4 * workers, n) if workers > 1 else 1
-    if tasks <= 1 or getattr(_local, "inside", False) or _on_pool_thread():
-        work(0, n)  # a pool thread waiting on the pool could starve it
+    if tasks <= 1 or _on_pool_thread():
+        work(0, n)  # a pool thread waiting on the pool could starve it (a loader's reads)
         return
     bounds = np.linspace(0, n, tasks + 1).astype(int)
-
-    def task(lo: int, hi: int) -> None:
-        _local.inside = True
-        try:
-            work(lo, hi)
-        finally:
-            _local.inside = False
-
-    futures = [cpu_pool().submit(task, int(lo), int(hi)) for lo, hi in itertools.pairwise(bounds)]
+    futures = [cpu_pool().submit(work, int(lo), int(hi)) for lo, hi in itertools.pairwise(bounds)]
     errors = [f.exception() for f in futures]  # waits for all: none writes after we return
     for error in errors:
         if error is not None:
@@ -311,7 +304,12 @@ def _on_pool_thread() -> bool:
 
 
 def _row_error(chain: ChainKernel, exc: Exception, row: int, data: Any, paths: bool) -> Exception:
-    what = f"path {bytes(data).decode('utf-8', 'replace')!r}" if paths else f"{len(data)} bytes"
+    if data is None:  # the value itself could not be read from the array
+        what = "unreadable value"
+    elif paths and isinstance(data, memoryview):
+        what = f"path {bytes(data).decode('utf-8', 'replace')!r}"
+    else:
+        what = f"{len(data)} bytes"
     message = f"chain {chain.label}: row {row} of the batch ({what}): {exc}"
     if isinstance(exc, DataioError):
         error = _renamed(exc, message)

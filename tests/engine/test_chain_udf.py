@@ -453,3 +453,20 @@ def test_branches_run_per_value(jpegs: list[bytes]) -> None:
     assert [g.shape[1] for g in got] == [80 if w > 400 else 40 for w, _ in SIZES]
     for value, want in zip(got, _pipeline_rows(jpegs, ops), strict=True):
         np.testing.assert_array_equal(value, want)
+
+
+@pytest.mark.parametrize(
+    ("index", "offset", "length"),
+    [(5, 0, 40), (0, 10_000, 40), (0, 0, 1 << 30)],
+    ids=["buffer-index", "offset", "length"],
+)
+def test_views_pointing_outside_their_buffers_are_decode_errors(
+    jpegs: list[bytes], index: int, offset: int, length: int
+) -> None:
+    """A hostile binary_view array (never validated) fails as a DataioError, not a crash."""
+    data = pa.py_buffer(jpegs[0][:100])
+    views = np.zeros(4, np.int32)
+    views[:] = (length, 0, index, offset)
+    values = pa.Array.from_buffers(pa.binary_view(), 1, [None, pa.py_buffer(views), data])
+    with pytest.raises(DecodeError, match="row 0 of the batch"):
+        run_batch(chain_kernel(IMAGENET), values)
