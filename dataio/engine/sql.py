@@ -5,28 +5,20 @@ batched scalar functions from :mod:`dataio.engine.udf` (one fused kernel call pe
 record batch, rows on dataio's CPU pool). Inputs are declared as ``binary_view`` /
 ``string_view``: DataFusion coerces ``binary``, ``large_binary`` and ``binary_view``
 columns (and ``string`` literals) to those, so the same function works on any binary
-column, from Parquet or from memory; the batched kernels read the views' buffers in
-place, ``image_size`` casts back to plain ``binary`` first.
+column, from Parquet or from memory; the kernels read the views' buffers in place.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from dataio.udfs import image
-
 __all__ = ["register_chains", "register_kernels", "sql_context", "unregister_chains"]
 
 
-def _plain(values: Any, target: Any) -> Any:
-    """A view (or large) array as the plain Arrow type the kernels read."""
-    return values if values.type == target else values.cast(target)
-
-
 def _image_size(values: Any) -> Any:
-    import pyarrow as pa
+    from dataio.engine.udf import image_sizes
 
-    return image.image_size_array(_plain(values, pa.binary()))
+    return image_sizes(values)
 
 
 def register_kernels(ctx: Any) -> Any:

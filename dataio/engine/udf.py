@@ -45,6 +45,7 @@ __all__ = [
     "chain_udf",
     "compile_chain",
     "decode_image_udf",
+    "image_sizes",
     "run_batch",
 ]
 
@@ -257,7 +258,7 @@ def _run_rows(
                 if not direct:
                     value = _checked(chain, np.asarray(value))
             except Exception as exc:
-                raise _row_error(chain, exc, i, data, paths) from exc
+                raise _row_error(f"chain {chain.label}", exc, i, data, paths) from exc
             if out is None:
                 results[i] = value
             elif not direct:
@@ -303,14 +304,14 @@ def _on_pool_thread() -> bool:
     return threading.current_thread().name.startswith("dataio-cpu")
 
 
-def _row_error(chain: ChainKernel, exc: Exception, row: int, data: Any, paths: bool) -> Exception:
+def _row_error(where: str, exc: Exception, row: int, data: Any, paths: bool) -> Exception:
     if data is None:  # the value itself could not be read from the array
         what = "unreadable value"
     elif paths and isinstance(data, memoryview):
         what = f"path {bytes(data).decode('utf-8', 'replace')!r}"
     else:
         what = f"{len(data)} bytes"
-    message = f"chain {chain.label}: row {row} of the batch ({what}): {exc}"
+    message = f"{where}: row {row} of the batch ({what}): {exc}"
     if isinstance(exc, DataioError):
         error = _renamed(exc, message)
     else:  # a kernel library failed in a way it does not document
@@ -509,5 +510,30 @@ def _decode_images(values: Any, modes: Any, struct: Any) -> Any:
     return pa.StructArray.from_arrays(
         [pa.array(shapes[:, 0]), pa.array(shapes[:, 1]), pa.array(shapes[:, 2]), pixels],
         fields=list(struct),
+        mask=_validity(valid),
+    )
+
+
+def image_sizes(values: Any) -> Any:
+    """``{height, width}`` from each image's header, read in place (the ``image_size``
+    SQL function); null values give null rows."""
+    import pyarrow as pa
+
+    from dataio.udfs.image import image_size
+
+    values = _as_view(values)
+    valid = ~np.asarray(values.is_null().to_numpy(zero_copy_only=False), bool)
+    read = _reader(values)
+    sizes = np.zeros((len(values), 2), np.int32)
+    for i in np.flatnonzero(valid):
+        data = None
+        try:
+            data = read(int(i))
+            sizes[i] = image_size(data)[::-1]
+        except Exception as exc:
+            raise _row_error("image_size", exc, int(i), data, False) from exc
+    return pa.StructArray.from_arrays(
+        [pa.array(sizes[:, 0]), pa.array(sizes[:, 1])],
+        names=["height", "width"],
         mask=_validity(valid),
     )

@@ -755,24 +755,3 @@ def run_chain(
         return _native_chain(data, spec, rng, out)
     pixels, source_hw = _decode_geometry(data, spec, rng)
     return write_pixels(pixels, spec, out), source_hw
-
-
-def image_size_array(values: Any) -> Any:
-    """Arrow kernel: ``{height, width}`` from each image header, without decoding pixels."""
-    import pyarrow as pa
-
-    heights: list[int | None] = []
-    widths: list[int | None] = []
-    for value in values:
-        if value.is_valid:
-            width, height = image_size(memoryview(value.as_buffer()).cast("B"))
-            heights.append(height)
-            widths.append(width)
-        else:
-            heights.append(None)
-            widths.append(None)
-    return pa.StructArray.from_arrays(
-        [pa.array(heights, pa.int32()), pa.array(widths, pa.int32())],
-        names=["height", "width"],
-        mask=pa.array([h is None for h in heights], pa.bool_()),
-    )

@@ -470,3 +470,18 @@ def test_views_pointing_outside_their_buffers_are_decode_errors(
     values = pa.Array.from_buffers(pa.binary_view(), 1, [None, pa.py_buffer(views), data])
     with pytest.raises(DecodeError, match="row 0 of the batch"):
         run_batch(chain_kernel(IMAGENET), values)
+
+
+def test_image_size_reads_headers_in_place(jpegs: list[bytes]) -> None:
+    from dataio.engine.udf import image_sizes
+
+    values = pa.array([jpegs[0], None, jpegs[2]], pa.binary()).cast(pa.binary_view())
+    sizes = image_sizes(values).to_pylist()
+    assert sizes == [
+        {"height": SIZES[0][1], "width": SIZES[0][0]},
+        None,
+        {"height": SIZES[2][1], "width": SIZES[2][0]},
+    ]
+    frame = dataio.sql("SELECT * FROM t", t=pa.table({"b": [jpegs[0], b"\xff\xd8\xff"]}))
+    with pytest.raises(DecodeError, match=r"image_size: row 1 of the batch \(3 bytes\)"):
+        frame.select(dataio.col("b").image_size()).collect()
