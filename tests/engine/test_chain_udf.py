@@ -485,3 +485,17 @@ def test_image_size_reads_headers_in_place(jpegs: list[bytes]) -> None:
     frame = dataio.sql("SELECT * FROM t", t=pa.table({"b": [jpegs[0], b"\xff\xd8\xff"]}))
     with pytest.raises(DecodeError, match=r"image_size: row 1 of the batch \(3 bytes\)"):
         frame.select(dataio.col("b").image_size()).collect()
+
+
+def test_several_files_keep_their_order(tmp_path: Path, jpegs: list[bytes]) -> None:
+    """Partitions call the function concurrently; rows come back in the scan's order."""
+    for part in range(3):
+        rows = list(range(part, len(jpegs), 3))
+        table = pa.table({"key": rows, "jpeg": pa.array([jpegs[i] for i in rows], pa.binary())})
+        pq.write_table(table, tmp_path / f"part-{part}.parquet", row_group_size=1)
+    frame = dataio.scan_parquet(tmp_path).with_columns(x=chain("jpeg", IMAGENET[:3]))
+    table = frame.collect()
+    keys = table.column("key").to_pylist()
+    expected = pipeline_values([jpegs[k] for k in keys], IMAGENET[:3])
+    assert keys == [k for part in range(3) for k in range(part, len(jpegs), 3)]  # file order
+    np.testing.assert_array_equal(tensors(table.column("x")), expected)
