@@ -564,13 +564,16 @@ def read_feather(path: PathSpec, *, columns: Sequence[str] | None = None) -> pa.
     return (frame.select(*columns) if columns is not None else frame).collect()
 
 
-def sql(query: str, **tables: Any) -> LazyFrame:
+def sql(query: str, *, functions: Mapping[str, Any] | None = None, **tables: Any) -> LazyFrame:
     """A SQL query over named inputs: frames, file paths and in-memory Arrow data.
 
     Inputs can be a :class:`LazyFrame`, a path (scanned by extension), a
     ``pyarrow.Table`` / ``RecordBatch`` / ``RecordBatchReader``, or anything with
     ``__arrow_c_stream__`` (polars, pandas through pyarrow). dataio's kernels
-    (``decode_image(bytes, mode)``, ``image_size(bytes)``) are SQL functions.
+    (``decode_image(bytes, mode)``, ``image_size(bytes)``) are SQL functions, and
+    ``functions`` names slot chains (chain expressions, slots, ``dataio.chain()`` or
+    sequences of ops) to call as ``name(bytes)``: the same fused kernel a pipeline runs,
+    once per record batch, giving ``fixed_shape_tensor`` values when the shape is static.
 
     Example:
         >>> dataio.sql("SELECT key FROM t WHERE height > 512", t=frame).collect()  # doctest: +SKIP
@@ -578,11 +581,42 @@ def sql(query: str, **tables: Any) -> LazyFrame:
     if not isinstance(query, str) or not query.strip():
         raise PlanError(f"sql() needs a query string, got {query!r}")
     nodes = tuple((name, _table_node(name, value)) for name, value in tables.items())
-    node = Sql(query, nodes)
+    node = Sql(query, nodes, _functions(functions))
     return LazyFrame(node, runtime.engine().plan_schema(node))
 
 
 # -- helpers -----------------------------------------------------------------------------------
+
+
+def _functions(functions: Mapping[str, Any] | None) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+    if functions is None:
+        return ()
+    if not isinstance(functions, Mapping):
+        raise PlanError(f"sql() functions must map names to chains, got {functions!r}")
+    for name in functions:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise PlanError(f"sql() function names must be identifiers, got {name!r}")
+    return tuple((name, _chain_ops(value)) for name, value in functions.items())
+
+
+def _chain_ops(value: Any) -> tuple[Any, ...]:
+    """The ops of a chain given as an ``Expr("chain", ...)``, a slot, a chain or ops."""
+    from dataio.ops import Op
+
+    if isinstance(value, Expr):
+        node = value.args[0] if value.op == "alias" else value
+        if node.op == "chain":
+            return tuple(node.args[1])
+    elif isinstance(value, Op):
+        return (value,)
+    elif hasattr(value, "ops") and isinstance(value.ops, tuple):
+        return tuple(value.ops)
+    elif isinstance(value, Sequence) and value and all(isinstance(v, Op) for v in value):
+        return tuple(value)
+    raise PlanError(
+        "a SQL function needs a chain: an expression built from col(...) with a decoder "
+        f"and transforms, a slot, dataio.chain() or a sequence of ops; got {value!r}"
+    )
 
 
 def _table_node(name: str, value: Any) -> Node:

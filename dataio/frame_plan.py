@@ -326,12 +326,17 @@ class Sql(Node):
 
     query: str
     tables: tuple[tuple[str, Node], ...]
+    functions: tuple[tuple[str, tuple[Any, ...]], ...] = ()  # (name, slot chain ops)
 
     def children(self) -> tuple[Node, ...]:
         return tuple(node for _, node in self.tables)
 
     def label(self) -> str:
-        return f"sql({self.query!r}, tables={[name for name, _ in self.tables]})"
+        extra = f", functions={[name for name, _ in self.functions]}" if self.functions else ""
+        return f"sql({self.query!r}, tables={[name for name, _ in self.tables]}{extra})"
 
     def describe(self) -> dict[str, Any]:
-        return {"sql": self.query, "tables": {name: node.describe() for name, node in self.tables}}
+        out = {"sql": self.query, "tables": {name: node.describe() for name, node in self.tables}}
+        if self.functions:
+            out["functions"] = {n: [op.describe() for op in ops] for n, ops in self.functions}
+        return out

@@ -62,6 +62,10 @@ def compile_expr(expr: Expr, ctx: Any) -> Any:
         return compile_expr(args[0], ctx).alias(args[1])
     if op == "call":
         return ctx.udf(args[0])(*(compile_expr(a, ctx) for a in args[1]))
+    if op == "chain":  # a slot chain: one fused kernel call per record batch
+        from dataio.engine.udf import compile_chain
+
+        return compile_chain(tuple(args[1]), compile_expr(args[0], ctx))
     if op == "agg":
         return _aggregate(args[0], None if args[1] is None else compile_expr(args[1], ctx))
     raise QueryError(f"unknown expression {expr.describe()}")  # pragma: no cover
@@ -118,6 +122,14 @@ def check_expr(expr: Expr, df: Any, ctx: Any, where: str) -> None:
                 f"{where}: column {name!r} not found; available columns: {list(names)}"
             )
     for node in expr.walk():
+        if node.op == "chain":  # a slot chain reads bytes or paths
+            with guard(where):
+                base = df.select(compile_expr(node.args[0], ctx).alias("v")).schema().field(0)
+            if _kind(base.type) not in ("binary", "string"):
+                raise QueryError(
+                    f"{where}: a decoder reads bytes or paths, but {node.args[0].describe()} "
+                    f"is {base.type}"
+                )
         if node.op != "binary" or node.args[0] not in _COMPARISONS:
             continue
         left, right = node.args[1], node.args[2]

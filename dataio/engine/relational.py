@@ -70,14 +70,18 @@ def unqualified(df: Any, where: str) -> Any:
 
 def sql_plan(node: Sql, inputs: list[tuple[str, Any]], ctx: Any) -> Any:
     """``node``'s query over its compiled inputs, each registered by name while planning."""
+    from dataio.engine.sql import register_chains, unregister_chains
+
     where = f"sql({node.query!r})"
     try:
+        register_chains(ctx, node.functions)  # the plan keeps them; the context does not
         for name, df in inputs:
             with guard(where):
                 ctx.register_view(name, df)
         with guard(where):
             return ctx.sql(node.query)
     finally:
+        unregister_chains(ctx, node.functions)
         for name, _ in inputs:
             if ctx.table_exist(name):
                 ctx.deregister_table(name)
