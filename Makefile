@@ -56,6 +56,7 @@ tools: $(AZURITE_STAMP)
 lint: $(VENV)/.test
 	$(PY) -m ruff check dataio tests examples benchmarks fuzz
 	$(PY) -m ruff format --check dataio tests examples benchmarks fuzz
+	$(VENV)/bin/lint-imports --no-cache  # the layer contracts in pyproject.toml
 
 typecheck: $(VENV)/.test
 	$(PY) -m mypy

@@ -5,10 +5,11 @@ round by round, so load that comes and goes slows all of them alike). Run from t
 repository root::
 
     .venv/bin/python benchmarks/sources.py [--records N] [--rounds R] [--quick]
+        [--shard-samples N]
 
-Part 1, small in-memory records ``{"key": i, "label": i % 1000, "text": f"sample {i}"}``
-delivered as batches of 256 (a list of labels and a list of keys), no decoding: the cost
-is the source and the engine, nothing else.
+Part 1, small in-memory records ``{"key": f"{i:08d}", "label": i % 1000, "text":
+f"sample {i}"}`` delivered as batches of 256 (the int labels and the string keys), no
+decoding: the cost is the source and the engine, nothing else.
 
 * ``plain loop``: slices of the record list, two list comprehensions per batch;
 * ``DataLoader``: ``torch.utils.data.DataLoader(dataset, batch_size=256, collate_fn=...)``
@@ -18,35 +19,40 @@ is the source and the engine, nothing else.
 * ``dataio``: ``pipeline(slot("label").passthrough(), slot("key").passthrough(),
   batch(256)).run("numpy")`` over a list, an indexed Dataset with ``__getitems__``
   (``records(ds, indexed=True)``), that source shuffled, rank 0 of 4, and a
-  single-pass ``from_iterable`` stream (whole and rank 0 of 4).
+  single-pass ``from_iterable`` stream (whole and rank 0 of 4); and over the same
+  records as Arrow: ``records(pa.table(...))`` (int64 label, string key and text) and
+  ``scan_parquet(path)`` of them written by pyarrow in row groups of 64K rows. A
+  contender this dataio refuses is reported as ``unsupported: <error>`` and left out.
+
+Targets (issue #14), judged against ``DataLoader nw=0`` over the list of dicts: Arrow and
+frame sources >= 10x, the list of dicts >= 1.5x.
 
 Part 2, WebDataset tar shards of small ``.jpg``-like payloads and ``.cls`` labels, read
 and batched by 256 without decoding: ``dataio.webdataset`` vs the ``webdataset`` package
 (plain loop and ``.batched(256)``) and a stdlib ``tarfile`` loop.
 
 Then a cProfile of one dataio pass of each part (the caller's thread and dataio's pool
-threads merged), naming where dataio spends its time. Nothing here asserts on timings.
+threads merged; for part 1 also per batch), naming where dataio spends its time, and the
+Arrow floors under the loader (slicing the table, reading the parquet's label and key
+columns with pyarrow and through a projected frame). Nothing here asserts on timings.
 """
 
 from __future__ import annotations
 
 import argparse
-import cProfile
 import io
-import os
-import pstats
 import tarfile
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import torch
 from _common import (
     BENCH_DATA,
-    REPO_ROOT,
     Contender,
     compact,
     format_table,
@@ -54,10 +60,12 @@ from _common import (
     load_average,
     machine_lines,
     mib,
+    probe,
+    profile_pass,
+    target_line,
 )
 
 import dataio
-from dataio.engine.pool import cpu_pool, cpu_workers
 
 BATCH = 256
 SHARD = {"id": 0, "of": 4}
@@ -71,7 +79,14 @@ CLASSES = 1000
 SEED = 7
 PROFILE_RECORDS = 200_000
 PROFILE_TOP = 14
-PACKAGES = ("numpy", "torch", "psutil", "webdataset")
+ROW_GROUP = 64 * 1024
+FLOOR_PASSES = 3  # the floors report the fastest pass (a first pass opens files, plans)
+# issue #14's targets, as multiples of DataLoader(num_workers=0) over the list of dicts
+TARGET_ARROW = 10.0
+TARGET_LIST = 1.5
+ARROW_TABLE = "dataio arrow table"
+PARQUET_FRAME = "dataio parquet frame"
+PACKAGES = ("numpy", "pyarrow", "datafusion", "torch", "psutil", "webdataset")
 RSS_NOTE = (
     "peak RSS: sampled every 20 ms during a pass, max over rounds, including the records "
     "held in memory; DataLoader num_workers=2 sums its worker processes (shared pages count "
@@ -86,7 +101,38 @@ Batches = Iterator[tuple[list[Any], list[Any]]]
 
 def make_records(count: int) -> list[dict[str, Any]]:
     """The benchmark's small records."""
-    return [{"key": i, "label": i % CLASSES, "text": f"sample {i}"} for i in range(count)]
+    return [{"key": f"{i:08d}", "label": i % CLASSES, "text": f"sample {i}"} for i in range(count)]
+
+
+def arrow_records(rows: Sequence[dict[str, Any]]) -> pa.Table:
+    """The same records as an Arrow table: string key, int64 label, string text."""
+    return pa.table(
+        {
+            "key": pa.array([r["key"] for r in rows], pa.string()),
+            "label": pa.array([r["label"] for r in rows], pa.int64()),
+            "text": pa.array([r["text"] for r in rows], pa.string()),
+        }
+    )
+
+
+def parquet_records(table: pa.Table) -> Path:
+    """``table`` written by pyarrow in row groups of :data:`ROW_GROUP` rows, once."""
+    path = BENCH_DATA / f"records-{table.num_rows}-rg{ROW_GROUP}.parquet"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".partial")
+        pq.write_table(table, partial, row_group_size=ROW_GROUP)
+        partial.replace(path)
+    return path
+
+
+def as_list(column: Any) -> list[Any]:
+    """A batch column (list, NumPy array, tensor or Arrow array) as a Python list."""
+    if hasattr(column, "to_pylist"):
+        return list(column.to_pylist())
+    if hasattr(column, "tolist"):
+        return list(column.tolist())
+    return list(column)
 
 
 class RecordDataset(torch.utils.data.Dataset):
@@ -147,8 +193,28 @@ def count_pass(batches: Iterator[tuple[list[Any], ...]]) -> tuple[int, str]:
     return items, f"{kinds} x {len(first[0])}"
 
 
-def record_contenders(rows: list[dict[str, Any]]) -> list[Contender]:
-    """Part 1's contenders, the plain loop first (the baseline)."""
+def arrow_sources(table: pa.Table, path: Path) -> dict[str, Callable[[], Any]]:
+    """The Arrow contenders' sources by name, each made afresh for a pass."""
+    return {
+        ARROW_TABLE: lambda: dataio.records(table),
+        PARQUET_FRAME: lambda: dataio.scan_parquet(path),
+    }
+
+
+def first_batch(source: Any, fields: Sequence[str]) -> tuple[list[Any], ...]:
+    """The first batch of a passthrough pass over ``source``, as lists (the pass closed)."""
+    batches = dataio_batches(source, fields)
+    try:
+        return tuple(as_list(c) for c in next(batches))
+    finally:
+        batches.close()
+
+
+def record_contenders(
+    rows: list[dict[str, Any]], arrow: dict[str, Callable[[], Any]]
+) -> list[Contender]:
+    """Part 1's contenders, the plain loop first (the baseline); ``arrow``: the supported
+    Arrow sources."""
     n = len(rows)
     plain_ds, bulk_ds = RecordDataset(rows), BulkRecordDataset(rows)
     indexed = dataio.records(bulk_ds, indexed=True)
@@ -189,6 +255,7 @@ def record_contenders(rows: list[dict[str, Any]]) -> list[Contender]:
             ours(lambda: dataio.from_iterable(rows), shard=SHARD),
             mine,
         ),
+        *(Contender(name, ours(make), n) for name, make in arrow.items()),
     ]
 
 
@@ -201,13 +268,15 @@ def verify_records(rows: list[dict[str, Any]]) -> str:
     loader = torch.utils.data.DataLoader(
         BulkRecordDataset(head), batch_size=BATCH, collate_fn=collate_lists
     )
-    if got != want or next(iter(loader)) != want:
+    if tuple(as_list(c) for c in got) != want or next(iter(loader)) != want:
         raise RuntimeError("dataio or the DataLoader delivered another first batch")
     ranked = next(dataio_batches(dataio.records(head), fields, shard=SHARD))
-    if ranked[1] != [r["key"] for r in head[SHARD["id"] :: SHARD["of"]]][:BATCH]:
+    if as_list(ranked[1]) != [r["key"] for r in head[SHARD["id"] :: SHARD["of"]]][:BATCH]:
         raise RuntimeError("dataio's rank 0 of 4 did not get every 4th record")
     shuffled = [
-        k for _, keys in dataio_batches(dataio.records(head).shuffle(seed=0), fields) for k in keys
+        k
+        for _, keys in dataio_batches(dataio.records(head).shuffle(seed=0), fields)
+        for k in as_list(keys)
     ]
     if sorted(shuffled) != [r["key"] for r in head] or shuffled == sorted(shuffled):
         raise RuntimeError("dataio's shuffle is not a permutation of the records")
@@ -215,6 +284,43 @@ def verify_records(rows: list[dict[str, Any]]) -> str:
         "checked: first batches equal (plain loop, DataLoader, dataio); rank 0/4 gets every "
         "4th record; shuffle(seed=0) is a permutation"
     )
+
+
+def check_arrow(
+    rows: list[dict[str, Any]], sources: dict[str, Callable[[], Any]]
+) -> dict[str, Callable[[], Any]]:
+    """The Arrow sources that run here and deliver the list's first batch.
+
+    One this dataio refuses is printed as ``unsupported: <error>`` and left out; one that
+    runs but delivers other values is an error.
+    """
+    want = next(plain_batches(rows))
+    fields = ("label", "key")
+    supported = {}
+    for name, make in sources.items():
+        got: list[tuple[list[Any], ...]] = []
+        if probe(name, lambda make=make, got=got: got.append(first_batch(make(), fields))):
+            continue
+        if got[0] != want:
+            raise RuntimeError(f"{name} delivered another first batch than the plain loop")
+        supported[name] = make
+    names = ", ".join(supported) or "none"
+    print(f"checked: first batches of the Arrow sources equal the plain loop's ({names})")
+    return supported
+
+
+def arrow_targets(contenders: Sequence[Contender]) -> list[str]:
+    """Issue #14's targets against ``DataLoader nw=0``, met or not."""
+    by_name = {c.name: c for c in contenders}
+    base = by_name["DataLoader nw=0"]
+    return [
+        target_line(by_name.get(name), base, goal, f"{name} vs DataLoader nw=0")
+        for name, goal in (
+            (ARROW_TABLE, TARGET_ARROW),
+            (PARQUET_FRAME, TARGET_ARROW),
+            ("dataio list", TARGET_LIST),
+        )
+    ]
 
 
 # -- part 2: WebDataset shards ----------------------------------------------------------
@@ -351,115 +457,6 @@ def verify_shards(wds: Any, paths: Sequence[Path]) -> str:
 # -- where dataio's time goes ------------------------------------------------------------
 
 
-class ThreadsProfile:
-    """cProfile the calling thread and every thread of dataio's CPU pool while active.
-
-    cProfile (Python 3.11) sees one thread per profiler, and dataio runs its batches on
-    pool threads; one task per pool thread, held at a barrier so that each lands on a
-    different thread, starts or stops that thread's own profiler.
-    """
-
-    def __init__(self) -> None:
-        self.main = cProfile.Profile()
-        self.pool: dict[int, cProfile.Profile] = {}
-
-    def _on_every_pool_thread(self, action: Callable[[], None]) -> None:
-        workers = cpu_workers()
-        barrier = threading.Barrier(workers)
-
-        def task() -> None:
-            barrier.wait()
-            action()
-
-        for future in [cpu_pool().submit(task) for _ in range(workers)]:
-            future.result()
-
-    def _start(self) -> None:
-        profile = self.pool.setdefault(threading.get_ident(), cProfile.Profile())
-        profile.enable()
-
-    def _stop(self) -> None:
-        self.pool[threading.get_ident()].disable()
-
-    def __enter__(self) -> ThreadsProfile:
-        self._on_every_pool_thread(self._start)
-        self.main.enable()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.main.disable()
-        self._on_every_pool_thread(self._stop)
-
-    def stats(self) -> pstats.Stats:
-        """The merged statistics of all profiled threads."""
-        merged = pstats.Stats(self.main)
-        for profile in self.pool.values():
-            merged.add(profile)
-        return merged
-
-
-def _where(filename: str, line: int, name: str) -> str:
-    """A short place for a profiled function: repository, package or stdlib relative."""
-    path = Path(filename)
-    if not path.is_absolute():
-        return f"{name} (built-in)"
-    if "site-packages" in path.parts:
-        inside = path.parts[path.parts.index("site-packages") + 1 :]
-        return f"{Path(*inside)}:{line} {name}"
-    for root, label in ((REPO_ROOT, ""), (Path(os.__file__).parent, "stdlib/")):
-        if path.is_relative_to(root):
-            return f"{label}{path.relative_to(root)}:{line} {name}"
-    return f"{path.name}:{line} {name}"
-
-
-# Where an idle thread sits: a pool thread waiting for a task, the consumer for a batch.
-WAITS = {
-    ("~", 0, "<method 'get' of '_queue.SimpleQueue' objects>"),
-    ("~", 0, "<method 'acquire' of '_thread.lock' objects>"),
-}
-
-
-def waited(profile: cProfile.Profile) -> float:
-    """Seconds one profiled thread spent blocked in :data:`WAITS`."""
-    table: dict[Any, Any] = pstats.Stats(profile).stats  # type: ignore[attr-defined]
-    return sum(table[key][2] for key in WAITS if key in table)
-
-
-def hot_functions(stats: pstats.Stats, wall: float, top: int = PROFILE_TOP) -> str:
-    """The ``top`` functions by own time summed over threads, waits left out."""
-    table: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
-    busy = [item for item in table.items() if item[0] not in WAITS]
-    rows = sorted(busy, key=lambda item: item[1][2], reverse=True)[:top]
-    lines = []
-    for (filename, line, name), (_, calls, own, cumulative, _) in rows:
-        lines.append(
-            [
-                _where(filename, line, name),
-                f"{calls:,}",
-                f"{own:.3f}",
-                f"{100 * own / wall:.0f}%",
-                f"{cumulative:.3f}",
-            ]
-        )
-    headers = ["function (busy threads, own time summed)", "calls", "own s", "of wall", "cum s"]
-    return format_table(headers, lines)
-
-
-def profile_pass(label: str, run: Callable[[], tuple[int, str]]) -> None:
-    """Run one pass under :class:`ThreadsProfile` and print the hot functions."""
-    with ThreadsProfile() as profile:
-        start = time.perf_counter()
-        items, _ = run()
-        wall = time.perf_counter() - start
-    idle = sum(waited(p) for p in profile.pool.values())
-    print(
-        f"\ncProfile, {label}: {items:,} items in {wall:.2f} s wall under the profiler; the "
-        f"consumer waited {waited(profile.main):.2f} s for batches, the {len(profile.pool)} "
-        f"pool threads were idle {idle:.2f} s in all:"
-    )
-    print(hot_functions(profile.stats(), wall))
-
-
 def stage_lines(rows: list[dict[str, Any]]) -> list[str]:
     """Time dataio's layers one at a time over the same records, in the main thread."""
     from dataio.engine.stream import ShardSpec, plan_chunks
@@ -486,6 +483,84 @@ def stage_lines(rows: list[dict[str, Any]]) -> list[str]:
 def _drain_get_many(source: Any, n: int) -> None:
     for start in range(0, n, BATCH):
         source.get_many(range(start, min(start + BATCH, n)))
+
+
+def _drain_arrow(batches: Iterator[pa.RecordBatch]) -> int:
+    """What a loader must at least do per batch: labels to NumPy, keys kept as Arrow."""
+    count = 0
+    for batch in batches:
+        batch.column("label").to_numpy()
+        count += len(batch.column("key"))
+    return count
+
+
+def _sliced(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Record batches cut into batches of :data:`BATCH` rows (zero-copy slices)."""
+    for batch in batches:
+        for start in range(0, batch.num_rows, BATCH):
+            yield batch.slice(start, BATCH)
+
+
+def arrow_stage_lines(table: pa.Table, path: Path) -> list[str]:
+    """The Arrow floors under the loader: slicing the table, reading the parquet (the
+    slots' columns only, as pyarrow and as a projected frame, and every column as the
+    bare frame) and the frame's own streams, each without the loader, in the main thread.
+
+    A parquet frame source cannot beat the projected read: it bounds the frame's row.
+    """
+    frame = dataio.scan_parquet(path)
+    wanted = ["label", "key"]  # what the pipeline's slots read
+    steps: list[tuple[str, Callable[[], Any]]] = [
+        ("table.to_batches(256), no loader", lambda: _drain_arrow(iter(table.to_batches(BATCH)))),
+        (
+            "pq iter_batches(label, key) sliced",
+            lambda: _drain_arrow(
+                _sliced(pq.ParquetFile(path).iter_batches(ROW_GROUP, columns=wanted))
+            ),
+        ),
+        (
+            "frame.collect_arrow_reader() sliced",
+            lambda: _drain_arrow(_sliced(frame.collect_arrow_reader())),
+        ),
+        (
+            "frame.select(label, key) reader",
+            lambda: _drain_arrow(_sliced(frame.select(*wanted).collect_arrow_reader())),
+        ),
+        ("frame.iterate_batches()", lambda: _drain_arrow(frame.iterate_batches())),
+        ("frame.iterate() (row dicts)", lambda: sum(1 for _ in frame.iterate())),
+    ]
+    lines = []
+    for label, step in steps:
+        times = []
+        failed = None
+        for _ in range(FLOOR_PASSES):
+            start = time.perf_counter()
+            failed = probe(label, step, announce=False)
+            times.append(time.perf_counter() - start)
+            if failed:
+                break
+        rate = "" if failed else f"{compact(table.num_rows / min(times)):>8} records/s"
+        lines.append(f"  {label:<36} {rate or failed}")
+    return lines
+
+
+def profile_arrow(rows: list[dict[str, Any]], supported: dict[str, Any]) -> None:
+    """Stage floors and a cProfile pass of each Arrow source that runs here, over ``rows``."""
+    table = arrow_records(rows)
+    path = parquet_records(table)
+    print(
+        f"\nArrow floors over the same {table.num_rows:,} records, main thread, fastest of "
+        f"{FLOOR_PASSES} passes:"
+    )
+    print("\n".join(arrow_stage_lines(table, path)))
+    fields = ("label", "key")
+    for name, make in arrow_sources(table, path).items():
+        if name not in supported:
+            print(f"\ncProfile, {name}: not run (unsupported here)")
+            continue
+        profile_pass(
+            name, lambda make=make: count_pass(dataio_batches(make(), fields)), batch=BATCH
+        )
 
 
 # -- report ------------------------------------------------------------------------------
@@ -530,28 +605,38 @@ def result_table(contenders: Sequence[Contender], bases: Sequence[str], unit: st
     return format_table(headers, rows)
 
 
-def run_records(count: int, rounds: int) -> list[dict[str, Any]]:
-    """Part 1: build the records, measure every contender, print the table."""
+def run_records(count: int, rounds: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Part 1: build the records, measure every contender, print the table.
+
+    Returns the records and the Arrow sources that run here.
+    """
     start = time.perf_counter()
     rows = make_records(count)
+    table = arrow_records(rows)
+    path = parquet_records(table)
     print(
         f"\n== part 1: {count:,} in-memory records, batch {BATCH}, passthrough of label and "
-        f"key (built in {time.perf_counter() - start:.1f} s) ==",
+        f"key (built in {time.perf_counter() - start:.1f} s; Arrow table "
+        f"{table.nbytes / 2**20:.0f} MiB, parquet {path.stat().st_size / 2**20:.0f} MiB in "
+        f"row groups of {ROW_GROUP:,}: {path}) ==",
         flush=True,
     )
     print(verify_records(rows), flush=True)
-    contenders = record_contenders(rows)
+    arrow = check_arrow(rows, arrow_sources(table, path))
+    contenders = record_contenders(rows, arrow)
     interleave(contenders, rounds, unit="records")
     print(f"\nmedian of {rounds} rounds; rates count records delivered to the consumer:")
     print(result_table(contenders, ["plain loop", "DataLoader nw=0"], "records"))
     print(RSS_NOTE)
+    print("targets (issue #14), on the medians:")
+    print("\n".join(arrow_targets(contenders)))
     print(
         f"rank {SHARD['id']}/{SHARD['of']} rows deliver a quarter of the records: an indexed "
         "source reads only the rank's positions, a stream reads every record and keeps a "
         "quarter."
     )
     print(f"load average after part 1: {load_average()}", flush=True)
-    return rows
+    return rows, arrow
 
 
 def run_shards(per_shard: int, rounds: int) -> list[Path]:
@@ -593,10 +678,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--records", type=int, help="part 1 records (default 1,000,000)")
     parser.add_argument("--rounds", type=int, help="interleaved rounds (default 5, quick 2)")
     parser.add_argument("--quick", action="store_true", help="a smoke run in well under a minute")
+    parser.add_argument(
+        "--shard-samples", type=int, help=f"part 2 samples per shard (default {PER_SHARD:,})"
+    )
     args = parser.parse_args(argv)
     args.records = args.records or (50_000 if args.quick else 1_000_000)
     args.rounds = args.rounds or (2 if args.quick else 5)
-    args.per_shard = QUICK_PER_SHARD if args.quick else PER_SHARD
+    args.per_shard = args.shard_samples or (QUICK_PER_SHARD if args.quick else PER_SHARD)
     return args
 
 
@@ -610,7 +698,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     if args.quick:
         print("--quick: a smoke run; passes are short, so the numbers are not the result")
-    rows = run_records(args.records, args.rounds)
+    rows, arrow = run_records(args.records, args.rounds)
     paths = run_shards(args.per_shard, args.rounds)
 
     subset = rows[: min(len(rows), PROFILE_RECORDS)]
@@ -618,7 +706,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     print("single pass each, main thread:")
     print("\n".join(stage_lines(subset)))
     fields = ("label", "key")
-    profile_pass("dataio list", lambda: count_pass(dataio_batches(subset, fields)))
+    profile_pass("dataio list", lambda: count_pass(dataio_batches(subset, fields)), batch=BATCH)
+    profile_arrow(subset, arrow)
     shuffled = dataio.records(BulkRecordDataset(subset), indexed=True).shuffle(seed=0)
     profile_pass(
         "dataio indexed shuffle(seed=0)", lambda: count_pass(dataio_batches(shuffled, fields))

@@ -17,18 +17,9 @@ Importing dataio loads neither torch, Pillow nor DataFusion; they load on first 
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
-# mimalloc (inside DataFusion and pyarrow, loaded later) hands freed pages back to the OS
-# after 10 ms by default, and a scan then faults its buffers in again. Keeping freed pages
-# for a second costs memory only between bursts; it made back-to-back collects faster
-# while DataFusion ran a blocking thread per file (since limited, see
-# docs/decisions/007-lazy-frames.md, after which 10 and 1000 ms measured the same).
-# Set the variable to override.
-os.environ.setdefault("MIMALLOC_PURGE_DELAY", "1000")
-
-from dataio import batch_transforms, cond, decoders, limits, testing, transforms
+from dataio import batch_transforms, cond, decoders, limits, runtime, testing, transforms
 from dataio.batch import Batch
 from dataio.custom import custom_op
 from dataio.dataloader import DataLoader
@@ -261,6 +252,23 @@ def sql_context() -> Any:
     from dataio.engine.sql import sql_context as make
 
     return make()
+
+
+def _loader() -> type[Loader]:
+    from dataio.loader import Loader
+
+    return Loader
+
+
+def _engine() -> Any:
+    from dataio.engine import frames
+
+    return frames
+
+
+# Plans reach the runtime above them through dataio.runtime (imports point one way); the
+# runtime's modules load on first use, not here.
+runtime.install(loader=_loader, engine=_engine)
 
 
 def capabilities() -> dict[str, Any]:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import importlib.metadata
 import os
 import platform
 from typing import Any
+
+from dataio._native import cuda as _cuda
+from dataio._native import library as _library
 
 __all__ = ["format_report", "report"]
 
@@ -19,36 +20,6 @@ def _version(package: str) -> str | None:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
         return None
-
-
-def _library(names: tuple[str, ...]) -> dict[str, Any]:
-    """Try to load a shared library by soname; report the one found or why none was."""
-    errors = []
-    for name in names:
-        candidates = [name]
-        found = ctypes.util.find_library(name.removeprefix("lib").split(".so")[0])
-        if found:
-            candidates.append(found)
-        for candidate in candidates:
-            try:
-                ctypes.CDLL(candidate)
-            except OSError as exc:
-                errors.append(str(exc))
-                continue
-            return {"found": True, "library": candidate}
-    return {"found": False, "why": f"no {' / '.join(names)} on the loader path ({errors[0]})"}
-
-
-def _cuda() -> dict[str, Any]:
-    info = _library(("libcuda.so.1",))
-    if not info["found"]:
-        info["why"] = "no NVIDIA driver (libcuda.so.1 not found)"
-        return info
-    cuda = ctypes.CDLL(info["library"])
-    count = ctypes.c_int(0)
-    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
-        return {"found": False, "why": "the driver loaded but cuInit failed (no usable GPU)"}
-    return {"found": count.value > 0, "devices": count.value, "library": info["library"]}
 
 
 def _libfabric() -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Column expressions for lazy frames: ``dataio.col("x") > 3``, ``dataio.lit(...)``.
 
 An :class:`Expr` is a small immutable tree. Operators build new trees; nothing is
-evaluated here. The engine (``dataio/engine/frame.py``) compiles a tree to a DataFusion
+evaluated here. The engine (``dataio/engine/expressions.py``) compiles a tree to a DataFusion
 expression when a frame runs, and :meth:`Expr.describe` gives the stable text used in
 plans, reprs and source signatures.
 
@@ -16,9 +16,23 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from dataio import registry
+from dataio.cond import Predicate
 from dataio.exceptions import PlanError
+from dataio.ops import Op
 
-__all__ = ["AGGREGATES", "Expr", "col", "count", "lit"]
+__all__ = [
+    "AGGREGATES",
+    "AudioNamespace",
+    "BinaryNamespace",
+    "ChainExpr",
+    "Expr",
+    "ImageNamespace",
+    "TensorNamespace",
+    "col",
+    "count",
+    "lit",
+]
 
 #: Aggregate functions an :class:`Expr` can end in, for ``group_by(...).agg(...)``.
 AGGREGATES = ("sum", "mean", "min", "max", "count", "n_unique", "first")
@@ -163,16 +177,38 @@ class Expr:
         return Expr("field", self, name)
 
     def decode_image(self, mode: str = "rgb") -> Expr:
-        """The ``decode_image`` kernel: a struct of height, width, channels and pixels."""
-        from dataio.decoders import IMAGE_MODES
+        """The ``decode_image`` SQL function: a struct of height, width, channels and pixels.
 
-        if mode not in IMAGE_MODES:
-            raise PlanError(f"decode_image mode must be one of {list(IMAGE_MODES)}, got {mode!r}")
-        return Expr("call", "decode_image", (self, lit(mode)))
+        For decoded tensors (and ops after the decoder) use ``.image.decode()``.
+        """
+        checked = registry.decode_image.op(mode=mode).param("mode")  # type: ignore[arg-type]
+        return Expr("call", "decode_image", (self, lit(checked)))
 
     def image_size(self) -> Expr:
         """The ``image_size`` kernel: a struct of height and width, read from the header."""
         return Expr("call", "image_size", (self,))
+
+    # -- op namespaces (chains of registry ops) ---------------------------------------------
+
+    @property
+    def image(self) -> ImageNamespace:
+        """Image decoders: ``col("jpeg").image.decode(mode="rgb").resize_short(256)...``."""
+        return ImageNamespace(self)
+
+    @property
+    def audio(self) -> AudioNamespace:
+        """Audio decoders: ``col("wav").audio.decode(sample_rate=16000).fix_length(16000)``."""
+        return AudioNamespace(self)
+
+    @property
+    def tensor(self) -> TensorNamespace:
+        """Tensor decoders: ``.decode_numpy()``, ``.decode_safetensors(key=)``, ``.decode_pt()``."""
+        return TensorNamespace(self)
+
+    @property
+    def bin(self) -> BinaryNamespace:
+        """Bytes to Python values: ``.decode_text()``, ``.decode_json()``, ``.decode_bytes()``."""
+        return BinaryNamespace(self)
 
     # -- aggregates ---------------------------------------------------------------------
 
@@ -216,6 +252,8 @@ class Expr:
             return f"{self.args[1].output_name()}_{self.args[0]}"
         if self.op == "agg":
             return "count"
+        if self.op == "chain":  # like polars: an op chain keeps its column's name
+            return str(self.args[0].output_name())
         return self.describe()
 
     def columns(self) -> Iterator[str]:
@@ -264,6 +302,8 @@ class Expr:
             return f"{args[1][0].describe()}.{args[0]}({inner})"
         if op == "agg":
             return "count()" if args[0] == "count_all" else f"{args[1].describe()}.{args[0]}()"
+        if op == "chain":
+            return args[0].describe() + "".join(f".{op!r}" for op in args[1])
         raise PlanError(f"unknown expression node {op!r}")  # pragma: no cover
 
     def __repr__(self) -> str:
@@ -308,3 +348,120 @@ def _wrap(value: Any) -> Expr:
 
 def _lit_text(value: Any) -> str:
     return repr(value)
+
+
+# -- op chains -----------------------------------------------------------------------------
+
+
+class ChainExpr(Expr):
+    """``Expr("chain", base, ops)``: registry ops applied to a column, as in a slot chain.
+
+    ``ops`` are the same :class:`~dataio.ops.Op` values a slot chain holds (the decoder
+    first) and are validated the same way. Start one from a namespace
+    (``col("jpeg").image.decode()``); the methods append ops and return a new chain.
+
+    Example:
+        >>> col("jpeg").image.decode().resize_short(256).center_crop(224)  # doctest: +SKIP
+        col('jpeg').decode_image(mode='rgb').resize_short(size=256).center_crop(h=224, w=224)
+    """
+
+    __slots__ = ()
+
+    @property
+    def base(self) -> Expr:
+        """The expression the chain decodes."""
+        return self.args[0]
+
+    @property
+    def ops(self) -> tuple[Op, ...]:
+        """The chain's ops, decoder first."""
+        return self.args[1]
+
+    def then(self, *ops: Op) -> ChainExpr:
+        """Append ops built by :mod:`dataio.decoders` / :mod:`dataio.transforms`."""
+        for op in ops:
+            if not isinstance(op, Op):
+                raise PlanError(f"{self.describe()}: expected an op, got {op!r}")
+        chain = self.ops + ops
+        registry.validate_chain(f"expression {self.base.describe()}", chain)
+        return ChainExpr("chain", self.base, chain)
+
+    def when(self, predicate: Predicate) -> registry.When[ChainExpr]:
+        """Branch on the decoded value's shape: ``.when(p).then(*ops).otherwise(*ops)``.
+
+        Example:
+            >>> from dataio import cond as c, transforms as t  # doctest: +SKIP
+            >>> (col("jpeg").image.decode().when(c.shape(axis=0).gt(512))  # doctest: +SKIP
+            ...  .then(t.center_crop(512)).otherwise(t.resize((512, 512))))
+        """
+        where = f"expression {self.base.describe()}"
+        return registry.When(self, registry.check_when(where, self.ops, predicate), where)
+
+    def otherwise(self, *ops: Op) -> ChainExpr:
+        """The ops of the last ``when`` branch's false side."""
+        where = f"expression {self.base.describe()}"
+        return ChainExpr("chain", self.base, registry.with_otherwise(where, self.ops, ops))
+
+    resize = registry.chain_method(registry.resize)
+    resize_short = registry.chain_method(registry.resize_short)
+    center_crop = registry.chain_method(registry.center_crop)
+    random_crop = registry.chain_method(registry.random_crop)
+    random_resized_crop = registry.chain_method(registry.random_resized_crop)
+    random_flip = registry.chain_method(registry.random_flip)
+    normalize = registry.chain_method(registry.normalize)
+    output = registry.chain_method(registry.output)
+    pad = registry.chain_method(registry.pad)
+    rotate90 = registry.chain_method(registry.rotate90)
+    grayscale = registry.chain_method(registry.grayscale)
+    color_jitter = registry.chain_method(registry.color_jitter)
+    to_dtype = registry.chain_method(registry.to_dtype)
+    standardize = registry.chain_method(registry.standardize)
+    fix_length = registry.chain_method(registry.fix_length)
+    gain = registry.chain_method(registry.gain)
+
+
+class _Namespace:
+    __slots__ = ("_base",)
+
+    def __init__(self, base: Expr) -> None:
+        self._base = base
+
+    def start(self, op: Op) -> ChainExpr:
+        """A chain expression decoding this namespace's column with ``op``."""
+        if isinstance(self._base, ChainExpr):
+            raise PlanError(
+                f"{self._base.describe()} is already decoded; a chain holds one decoder"
+            )
+        return ChainExpr("chain", self._base, ()).then(op)
+
+
+class ImageNamespace(_Namespace):
+    """``col(...).image``: decode image bytes (or paths), then chain image ops."""
+
+    __slots__ = ()
+    decode = registry.decoder_method(registry.decode_image)
+
+
+class AudioNamespace(_Namespace):
+    """``col(...).audio``: decode audio bytes (or paths), then chain audio ops."""
+
+    __slots__ = ()
+    decode = registry.decoder_method(registry.decode_audio)
+
+
+class TensorNamespace(_Namespace):
+    """``col(...).tensor``: decode NPY, safetensors or ``torch.save`` bytes (or paths)."""
+
+    __slots__ = ()
+    decode_numpy = registry.decoder_method(registry.decode_numpy)
+    decode_safetensors = registry.decoder_method(registry.decode_safetensors)
+    decode_pt = registry.decoder_method(registry.decode_pt)
+
+
+class BinaryNamespace(_Namespace):
+    """``col(...).bin``: bytes (or paths) to Python values: text, JSON, raw bytes."""
+
+    __slots__ = ()
+    decode_text = registry.decoder_method(registry.decode_text)
+    decode_json = registry.decoder_method(registry.decode_json)
+    decode_bytes = registry.decoder_method(registry.decode_bytes)

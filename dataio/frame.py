@@ -1,29 +1,33 @@
 """Lazy frames: ``scan_*`` results and ``sql()``, run by DataFusion, usable as record sources.
 
 A :class:`LazyFrame` is a value: every method returns a new frame and nothing reads data
-until a terminal runs (``collect*``, ``to_polars``, iteration, ``__arrow_c_stream__``,
-``explain``). Building a frame reads each scan's schema from its first file's metadata
-and checks the plan against it, so an unknown column fails where it is written.
+until a terminal runs (``collect``, ``collect_arrow_reader``, ``to_polars``, iteration,
+``__arrow_c_stream__``, ``explain``). Building a frame reads each scan's schema from its
+first file's metadata and checks the plan against it, so an unknown column fails where
+it is written.
 
 Example:
     >>> rows = (dataio.scan_parquet("/data/shards/*.parquet")  # doctest: +SKIP
     ...         .filter(dataio.col("height") > 512)
     ...         .select("key", "height")
-    ...         .collect())
+    ...         .collect()           # a pyarrow.Table
+    ...         .to_pylist())
 """
 
 from __future__ import annotations
 
-import glob as globlib
 import html
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from dataio.exceptions import FormatError, NotFoundError, PlanError
+from dataio import runtime
+from dataio.exceptions import PlanError
 from dataio.expr import AGGREGATES, Expr, col
 from dataio.frame_plan import (
+    SOURCES,
     Aggregate,
+    FileRecords,
     Filter,
     Join,
     Limit,
@@ -35,9 +39,11 @@ from dataio.frame_plan import (
     Sort,
     Sql,
     WithColumns,
+    tree,
     walk,
 )
-from dataio.sources.base import Source
+from dataio.io.resolve import remote_prefix, resolve, spec_items
+from dataio.sources.base import IndexedSource, Source
 
 if TYPE_CHECKING:
     import polars
@@ -69,18 +75,21 @@ EXTENSIONS: dict[str, tuple[str, ...]] = {
     "tfrecord": (".tfrecord", ".tfrecords", ".tfr", ".tfrecord.gz", ".tfrecords.gz", ".tfr.gz"),
 }
 JOINS = ("inner", "left", "right", "full", "semi", "anti")
+_UNSET = object()
 
 
 class LazyFrame(Source):
     """A query plan over files or Arrow data; run by DataFusion when a terminal is called.
 
-    A frame is also a record source: ``pipe.bind(frame)`` streams its rows (dicts) in a
-    fixed order, with sharding and exact resume.
+    A frame is also a record source: ``pipe.bind(frame)`` streams its record batches in
+    a fixed order, with sharding and exact resume; frames over local Parquet/Feather
+    scans are also read by position (:meth:`by_position`) for shuffles and shards.
     """
 
     def __init__(self, node: Node, schema: pa.Schema) -> None:
         self._node = node
         self._schema = schema
+        self._rows: IndexedSource | object | None = _UNSET
 
     # -- introspection -----------------------------------------------------------------
 
@@ -100,9 +109,7 @@ class LazyFrame(Source):
         return self._node
 
     def _derive(self, node: Node) -> LazyFrame:
-        from dataio.engine.frame import plan_schema
-
-        return LazyFrame(node, plan_schema(node))
+        return LazyFrame(node, runtime.engine().plan_schema(node))
 
     # -- relational methods ------------------------------------------------------------
 
@@ -253,30 +260,32 @@ class LazyFrame(Source):
 
     # -- terminals ---------------------------------------------------------------------
 
-    def collect(self) -> list[dict[str, Any]]:
-        """Run the plan; the rows as dicts (Python callables in ``filter`` included)."""
-        return self.collect_arrow().to_pylist()
-
-    def collect_arrow(self) -> pa.Table:
+    def collect(self) -> pa.Table:
         """Run the plan in parallel; a ``pyarrow.Table`` in the frame's order.
 
-        Feather scans with plain projections and slices are read straight from a memory
-        map: Arrow types and buffers come out as stored, with no copy.
-        """
-        from dataio.engine.frame import collect_table
+        Rows as dicts only when asked: ``frame.collect().to_pylist()``. Feather scans
+        with plain projections and slices are read straight from a memory map: Arrow
+        types and buffers come out as stored, with no copy.
 
-        return collect_table(self._node)
+        Example:
+            >>> dataio.scan_parquet("/data/shard.parquet").collect().num_rows  # doctest: +SKIP
+        """
+        return runtime.engine().collect_table(self._node)
+
+    def collect_arrow(self) -> pa.Table:
+        """The reference's name for :meth:`collect`: the same ``pyarrow.Table``."""
+        return self.collect()
 
     def collect_arrow_reader(self) -> pa.RecordBatchReader:
         """A ``pyarrow.RecordBatchReader`` that runs the plan batch by batch as it is read."""
         import pyarrow as pa
 
-        from dataio.engine.frame import stream_batches
-
-        return pa.RecordBatchReader.from_batches(self._schema, stream_batches(self._node))
+        batches = runtime.engine().stream_batches(self._node)
+        return pa.RecordBatchReader.from_batches(self._schema, batches)
 
     def collect_arrow_stream(self) -> ArrowStream:
-        """An object with ``__arrow_c_stream__``: the Arrow C stream of the results."""
+        """The reference's one-shot Arrow C stream object; the frame itself also has
+        ``__arrow_c_stream__``."""
         return ArrowStream(self.collect_arrow_reader())
 
     def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
@@ -287,27 +296,90 @@ class LazyFrame(Source):
         """Run the plan; a ``polars.DataFrame``."""
         import polars as pl
 
-        return pl.from_arrow(self.collect_arrow())  # type: ignore[return-value]
+        return pl.from_arrow(self.collect())  # type: ignore[return-value]
 
     def explain(self, *, analyze: bool = False) -> str:
         """The plan as text: dataio's steps and DataFusion's plans; ``analyze=True`` runs it
         and adds the metrics (rows, row groups pruned, bytes scanned)."""
-        from dataio.engine.frame import explain
-
-        return explain(self._node, analyze=analyze)
+        return runtime.engine().explain(self._node, analyze=analyze)
 
     # -- record source -----------------------------------------------------------------
 
-    def iterate(self) -> Iterator[dict[str, Any]]:
-        """The rows as dicts, batch by batch, in the same order on every pass."""
-        from dataio.engine.frame import stream_batches
+    def arrow_schema(self) -> pa.Schema | None:
+        """The frame's schema: a pass can be read as record batches.
 
-        batches = stream_batches(self._node)
+        ``None`` for a bare ``scan_numpy``/``scan_npz``/``scan_hdf5``, whose records come
+        from Python readers (see :meth:`iterate`).
+        """
+        return None if isinstance(self._node, FileRecords) else self._schema
+
+    def iterate_batches(self) -> Iterator[pa.RecordBatch]:
+        """The results as DataFusion streams them, in the same order on every pass; no rows."""
+        batches = runtime.engine().stream_batches(self._node)
         try:
-            for batch in batches:
-                yield from batch.to_pylist()
+            yield from batches
         finally:
-            batches.close()  # type: ignore[attr-defined]
+            batches.close()
+
+    def by_position(self) -> IndexedSource | None:
+        """The frame's rows read by position, when its plan fixes them; else ``None``.
+
+        Scans of local Parquet or Feather files under projections, new columns and
+        limits are addressable: shuffles and shards then read only the row groups /
+        record batches holding their rows (computed columns run on the rows read).
+        Filters, joins, SQL, sorts, aggregates, remote files and other formats are not.
+
+        Example:
+            >>> dataio.scan_parquet("/d/t.parquet").select("jpeg").by_position()  # doctest: +SKIP
+        """
+        if self._rows is _UNSET:
+            self._rows = runtime.engine().frame_rows(self)  # a view: the frame stays a value
+        return self._rows  # type: ignore[return-value]
+
+    def iterate(self) -> Iterator[Mapping[str, Any]]:
+        """The rows as dicts, batch by batch, in the same order on every pass.
+
+        A bare ``scan_numpy``/``scan_npz``/``scan_hdf5`` yields its reader's records
+        (NumPy arrays; a damaged file is one failed record) without Arrow.
+        """
+        if isinstance(self._node, FileRecords):
+            yield from runtime.engine().iter_records(self._node)
+            return
+        for batch in self.iterate_batches():
+            yield from batch.to_pylist()
+
+    def shuffle(
+        self, *, seed: int, buffer_size: int | None = None, reshuffle_each_epoch: bool = True
+    ) -> Source:
+        """Shuffle the frame's rows, seeded by ``seed`` and the loader's epoch.
+
+        Without ``buffer_size`` an addressable frame (see :meth:`by_position`) is read in
+        a seeded permutation of its positions: each batch reads only the row groups
+        holding its rows, never the whole frame. Other frames raise :class:`PlanError`:
+        pass ``buffer_size`` to mix a bounded window of the stream instead. A bare
+        ``scan_numpy``/``scan_npz``/``scan_hdf5`` (Python records) shuffles as any
+        reusable source: its records are read into a list.
+
+        Example:
+            >>> dataio.scan_parquet("/data/*.parquet").shuffle(seed=0)  # doctest: +SKIP
+        """
+        if buffer_size is not None or isinstance(self._node, FileRecords):
+            # Python records of scan_numpy/npz/hdf5 shuffle as any reusable source does
+            return super().shuffle(
+                seed=seed, buffer_size=buffer_size, reshuffle_each_epoch=reshuffle_each_epoch
+            )
+        # the same argument checks as every shuffle (a buffered one is only built, not read)
+        super().shuffle(seed=seed, buffer_size=1, reshuffle_each_epoch=reshuffle_each_epoch)
+        rows = self.by_position()
+        if rows is None:
+            raise PlanError(
+                f"a full shuffle needs rows addressable by position, and this frame's are "
+                f"not: {runtime.engine().unaddressable_reason(self)}; pass buffer_size= for "
+                "a bounded shuffle of the stream (e.g. shuffle(seed=0, buffer_size=4096)), "
+                "or shuffle a frame that scans local Parquet/Feather files with only select, "
+                "with_columns and limit steps"
+            )
+        return rows.shuffle(seed=seed, reshuffle_each_epoch=reshuffle_each_epoch)
 
     def describe(self) -> dict[str, Any]:
         """The plan: scans (paths as given, options), steps and expressions."""
@@ -316,41 +388,17 @@ class LazyFrame(Source):
     @property
     def configured(self) -> bool:
         """True when the plan has steps beyond its scans (filters, projections, ...)."""
-        return any(not isinstance(n, Scan | Memory) for n in walk(self._node))
+        return any(not isinstance(n, SOURCES) for n in walk(self._node))
 
     def length(self) -> int | None:
-        """The row count of a bare Parquet or Feather scan (from metadata), else ``None``."""
-        node = self._node
-        if not isinstance(node, Scan) or node.format not in ("parquet", "feather"):
-            return None
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        from dataio.formats._arrow import check_regular, open_error
-
-        total = 0
-        for path in node.files:
-            try:
-                check_regular(path, node.label())
-                if node.format == "parquet":
-                    total += pq.read_metadata(path).num_rows
-                else:
-                    with pa.memory_map(path) as source:
-                        reader = pa.ipc.open_file(source)
-                        total += sum(
-                            reader.get_batch(i).num_rows for i in range(reader.num_record_batches)
-                        )
-            except pa.ArrowException as exc:
-                raise FormatError(f"{node.label()}: cannot read {path!r}: {exc}") from None
-            except OSError as exc:
-                raise open_error(exc, path, node.label()) from None
-        return total
+        """The row count of an addressable frame (:meth:`by_position`), from file
+        metadata; ``None`` for others (known only by running them)."""
+        rows = self.by_position()
+        return None if rows is None else rows.length()
 
     # -- display -----------------------------------------------------------------------
 
     def _plan_lines(self) -> list[str]:
-        from dataio.engine.frame import tree
-
         return tree(self._node)
 
     def __repr__(self) -> str:
@@ -426,19 +474,17 @@ def scan(path: PathSpec, *, format: Format | None = None, **options: Any) -> Laz
     Example:
         >>> dataio.scan("/data/part-*.parquet").filter("label = 3")  # doctest: +SKIP
     """
-    items = _spec(path)
+    items = spec_items(path, f"scan_{format}" if format else "scan")
     listings: dict[str, list[str]] = {}  # remote prefixes listed once per scan
     fmt = format or _format_of(items[0], listings)
     if fmt not in EXTENSIONS:
         raise PlanError(f"scan format must be one of {list(EXTENSIONS)}, got {fmt!r}")
-    if fmt == "tfrecord" and options.get("compression") is not None:
-        from dataio.formats.tfrecord import compression_option
-
-        options["compression"] = compression_option(options["compression"])
-    files = _resolve(items, fmt, listings)
-    from dataio.engine.frame import scan_schema
-
-    schema = scan_schema(fmt, files[0], options)
+    engine = runtime.engine()
+    options = engine.scan_options(fmt, options)
+    files = resolve(
+        items, what=f"scan_{fmt}", extensions=EXTENSIONS[fmt], kind=fmt, listings=listings
+    )
+    schema = engine.scan_schema(fmt, files[0], options)
     node = Scan(fmt, items, tuple(files), tuple(sorted(options.items())), schema)
     return LazyFrame(node, schema)
 
@@ -456,7 +502,7 @@ def scan_feather(path: PathSpec) -> LazyFrame:
     """A lazy scan of Feather v2 / Arrow IPC files.
 
     Example:
-        >>> dataio.scan_feather("/data/table.arrow").select("key").collect_arrow()  # doctest: +SKIP
+        >>> dataio.scan_feather("/data/table.arrow").select("key").collect()  # doctest: +SKIP
     """
     return scan(path, format="feather")
 
@@ -505,7 +551,7 @@ def read_parquet(path: PathSpec, *, columns: Sequence[str] | None = None) -> pa.
         >>> dataio.read_parquet("/data/shard.parquet", columns=["key", "height"])  # doctest: +SKIP
     """
     frame = scan_parquet(path)
-    return (frame.select(*columns) if columns is not None else frame).collect_arrow()
+    return (frame.select(*columns) if columns is not None else frame).collect()
 
 
 def read_feather(path: PathSpec, *, columns: Sequence[str] | None = None) -> pa.Table:
@@ -515,16 +561,19 @@ def read_feather(path: PathSpec, *, columns: Sequence[str] | None = None) -> pa.
         >>> dataio.read_feather("/data/table.arrow", columns=["key", "value"])  # doctest: +SKIP
     """
     frame = scan_feather(path)
-    return (frame.select(*columns) if columns is not None else frame).collect_arrow()
+    return (frame.select(*columns) if columns is not None else frame).collect()
 
 
-def sql(query: str, **tables: Any) -> LazyFrame:
+def sql(query: str, *, functions: Mapping[str, Any] | None = None, **tables: Any) -> LazyFrame:
     """A SQL query over named inputs: frames, file paths and in-memory Arrow data.
 
     Inputs can be a :class:`LazyFrame`, a path (scanned by extension), a
     ``pyarrow.Table`` / ``RecordBatch`` / ``RecordBatchReader``, or anything with
     ``__arrow_c_stream__`` (polars, pandas through pyarrow). dataio's kernels
-    (``decode_image(bytes, mode)``, ``image_size(bytes)``) are SQL functions.
+    (``decode_image(bytes, mode)``, ``image_size(bytes)``) are SQL functions, and
+    ``functions`` names slot chains (chain expressions, slots, ``dataio.chain()`` or
+    sequences of ops) to call as ``name(bytes)``: the same fused kernel a pipeline runs,
+    once per record batch, giving ``fixed_shape_tensor`` values when the shape is static.
 
     Example:
         >>> dataio.sql("SELECT key FROM t WHERE height > 512", t=frame).collect()  # doctest: +SKIP
@@ -532,13 +581,42 @@ def sql(query: str, **tables: Any) -> LazyFrame:
     if not isinstance(query, str) or not query.strip():
         raise PlanError(f"sql() needs a query string, got {query!r}")
     nodes = tuple((name, _table_node(name, value)) for name, value in tables.items())
-    node = Sql(query, nodes)
-    from dataio.engine.frame import plan_schema
-
-    return LazyFrame(node, plan_schema(node))
+    node = Sql(query, nodes, _functions(functions))
+    return LazyFrame(node, runtime.engine().plan_schema(node))
 
 
 # -- helpers -----------------------------------------------------------------------------------
+
+
+def _functions(functions: Mapping[str, Any] | None) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+    if functions is None:
+        return ()
+    if not isinstance(functions, Mapping):
+        raise PlanError(f"sql() functions must map names to chains, got {functions!r}")
+    for name in functions:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise PlanError(f"sql() function names must be identifiers, got {name!r}")
+    return tuple((name, _chain_ops(value)) for name, value in functions.items())
+
+
+def _chain_ops(value: Any) -> tuple[Any, ...]:
+    """The ops of a chain given as an ``Expr("chain", ...)``, a slot, a chain or ops."""
+    from dataio.ops import Op
+
+    if isinstance(value, Expr):
+        node = value.args[0] if value.op == "alias" else value
+        if node.op == "chain":
+            return tuple(node.args[1])
+    elif isinstance(value, Op):
+        return (value,)
+    elif hasattr(value, "ops") and isinstance(value.ops, tuple):
+        return tuple(value.ops)
+    elif isinstance(value, Sequence) and value and all(isinstance(v, Op) for v in value):
+        return tuple(value)
+    raise PlanError(
+        "a SQL function needs a chain: an expression built from col(...) with a decoder "
+        f"and transforms, a slot, dataio.chain() or a sequence of ops; got {value!r}"
+    )
 
 
 def _table_node(name: str, value: Any) -> Node:
@@ -549,8 +627,6 @@ def _table_node(name: str, value: Any) -> Node:
     if isinstance(value, str | os.PathLike):
         return scan(value).plan
     import pyarrow as pa
-
-    from dataio.engine.frame import plain_table
 
     if isinstance(value, pa.RecordBatch):
         table = pa.Table.from_batches([value])
@@ -563,7 +639,10 @@ def _table_node(name: str, value: Any) -> Node:
             f"sql() table {name!r} must be a LazyFrame, a path, a pyarrow Table/RecordBatch, "
             f"or have __arrow_c_stream__; got {type(value).__name__}"
         )
-    return Memory(plain_table(table), f"{name}: {type(value).__module__}.{type(value).__name__}")
+    return Memory(
+        runtime.engine().plain_table(table),
+        f"{name}: {type(value).__module__}.{type(value).__name__}",
+    )
 
 
 def _lit(value: Any) -> Expr:
@@ -601,31 +680,13 @@ def _names(value: str | Sequence[str], what: str) -> list[str]:
     return names
 
 
-def _spec(path: PathSpec) -> tuple[str, ...]:
-    items: tuple[str, ...]
-    if isinstance(path, str | os.PathLike):
-        items = (os.fspath(path),)
-    elif (
-        isinstance(path, Sequence) and path and all(isinstance(p, str | os.PathLike) for p in path)
-    ):
-        items = tuple(os.fspath(p) for p in path)
-    else:
-        raise PlanError(f"scans take a path, a glob, a directory or a list of them, got {path!r}")
-    for item in items:
-        if "://" in item and not item.startswith("file://"):
-            from dataio.io.uri import parse
-
-            parse(item)  # an unsupported scheme fails here, naming the choices
-    return tuple(i[len("file://") :] if i.startswith("file://") else i for i in items)
-
-
 def _format_of(path: str, listings: dict[str, list[str]]) -> str:
     lowered = path.lower().rstrip("/")
     for fmt, extensions in EXTENSIONS.items():
         if lowered.endswith(extensions):
             return fmt
     if "://" in path:
-        names = _remote_prefix(path, listings)
+        names = remote_prefix(path, listings)
     else:
         names = [f for _, _, fs in os.walk(path) for f in fs] if os.path.isdir(path) else []
     for fmt, extensions in EXTENSIONS.items():
@@ -635,86 +696,3 @@ def _format_of(path: str, listings: dict[str, list[str]]) -> str:
         f"cannot tell the format of {path!r} from its extension; pass format= "
         f"(one of {list(EXTENSIONS)})"
     )
-
-
-def _resolve(items: Sequence[str], fmt: str, listings: dict[str, list[str]]) -> list[str]:
-    files: list[str] = []
-    for item in items:
-        if "://" in item:
-            files += _resolve_remote(item, fmt, listings)
-            continue
-        if any(c in item for c in "*?["):
-            found = sorted(p for p in globlib.glob(item, recursive=True) if os.path.isfile(p))
-            if not found:
-                raise NotFoundError(f"scan_{fmt}: the pattern {item!r} matched no files")
-            files += found
-        elif os.path.isdir(item):
-            found = sorted(
-                os.path.join(root, name)
-                for root, _, names in os.walk(item)
-                for name in names
-                if name.lower().endswith(EXTENSIONS[fmt]) and not name.startswith((".", "_"))
-            )
-            if not found:
-                raise NotFoundError(
-                    f"scan_{fmt}: the directory {item!r} holds no {fmt} files "
-                    f"({', '.join(EXTENSIONS[fmt])})"
-                )
-            files += found
-        elif os.path.isfile(item):
-            files.append(item)
-        elif os.path.exists(item):  # a FIFO or device: reading it could block forever
-            raise FormatError(
-                f"scan_{fmt}: {item!r} is not a regular file (a FIFO, socket or device); "
-                "pass a file or a directory"
-            )
-        else:
-            raise NotFoundError(f"scan_{fmt}: no such file or directory {item!r}")
-    return files
-
-
-def _resolve_remote(item: str, fmt: str, listings: dict[str, list[str]]) -> list[str]:
-    """The objects a remote path names: a pattern, a prefix ending in ``/``, or one object.
-
-    A path ending in an extension of the format is one object (one HEAD); any other is
-    first a prefix (one listing, shared with the format guess of :func:`scan`), then an
-    object named without the extension.
-    """
-    from dataio.io.verbs import exists, glob
-
-    def of_format(uris: list[str]) -> list[str]:
-        names = [(u, u.rsplit("/", 1)[-1]) for u in uris]
-        return sorted(
-            u
-            for u, name in names
-            if name.lower().endswith(EXTENSIONS[fmt]) and not name.startswith((".", "_"))
-        )
-
-    if any(c in item for c in "*?["):
-        found = glob(item)
-        if not found:
-            raise NotFoundError(f"scan_{fmt}: the pattern {item!r} matched no objects")
-        return found
-    if item.lower().endswith(EXTENSIONS[fmt]):
-        if not exists(item):
-            raise NotFoundError(f"scan_{fmt}: no object {item!r}")
-        return [item]
-    found = of_format(_remote_prefix(item, listings))
-    if not found and not item.endswith("/") and exists(item):
-        return [item]  # one object named without the format's extension
-    if not found:
-        raise NotFoundError(
-            f"scan_{fmt}: no object {item!r} and no {fmt} objects under it "
-            f"({', '.join(EXTENSIONS[fmt])})"
-        )
-    return found
-
-
-def _remote_prefix(prefix: str, listings: dict[str, list[str]]) -> list[str]:
-    """Every object under ``prefix``; ``listings`` remembers it for the rest of the scan."""
-    from dataio.io.verbs import glob
-
-    key = prefix.rstrip("/")
-    if key not in listings:
-        listings[key] = glob(key + "/**")
-    return listings[key]

@@ -1,7 +1,7 @@
 """The plan nodes behind :class:`dataio.frame.LazyFrame`: immutable values, no compute.
 
 Each node names its inputs, gives a one-line label for plan trees and a JSON-ready
-description for source signatures. ``dataio/engine/frame.py`` compiles nodes to
+description for source signatures. ``dataio/engine/compile.py`` compiles nodes to
 DataFusion; nothing here imports it.
 """
 
@@ -13,10 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from dataio.expr import Expr
-from dataio.sources.base import callable_name
+from dataio.naming import callable_name
 
 __all__ = [
+    "SOURCES",
     "Aggregate",
+    "FileRecords",
     "Filter",
     "Join",
     "Limit",
@@ -28,6 +30,8 @@ __all__ = [
     "Sort",
     "Sql",
     "WithColumns",
+    "source_schema",
+    "tree",
     "walk",
 ]
 
@@ -46,6 +50,14 @@ class Node:
     def describe(self) -> dict[str, Any]:
         """A JSON-ready description (configuration, never data)."""
         raise NotImplementedError
+
+
+def tree(node: Node, indent: int = 0) -> list[str]:
+    """The plan as indented lines, top step first."""
+    lines = ["  " * indent + node.label()]
+    for child in node.children():
+        lines += tree(child, indent + 1)
+    return lines
 
 
 def walk(node: Node) -> Iterator[Node]:
@@ -94,6 +106,49 @@ class Memory(Node):
 
     def describe(self) -> dict[str, Any]:
         return {"memory": self.name, "schema": str(self.table.schema), "rows": self.table.num_rows}
+
+
+@dataclass(frozen=True, eq=False)
+class FileRecords(Node):
+    """Records a Python reader makes from each file (``scan_numpy``, ``scan_npz``,
+    ``scan_hdf5``), with a fixed Arrow schema.
+
+    Unlike :class:`Scan`, nothing is resolved or read when the frame is built: each run
+    (and each pass as a record source) resolves ``spec`` again and reads file after file.
+    ``read`` turns one path into its records (dicts, NumPy arrays in them); ``to_arrow``
+    turns a file's records into a ``pyarrow.RecordBatch`` of ``schema``. ``fields`` are
+    the data fields a damaged file's record raises on when iterated.
+    """
+
+    name: str
+    spec: tuple[str, ...]
+    extensions: tuple[str, ...]
+    options: tuple[tuple[str, Any], ...]
+    read: Callable[[str], Iterator[dict[str, Any]]]
+    to_arrow: Callable[[list[dict[str, Any]]], Any]
+    fields: tuple[str, ...]
+    schema: Any  # pyarrow.Schema, the same for every file
+
+    def label(self) -> str:
+        shown = self.spec[0] if len(self.spec) == 1 else list(self.spec)
+        extra = "".join(f", {k}={v!r}" for k, v in self.options)
+        return f"{self.name}({shown!r}{extra})"
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "scan": self.name,
+            "paths": list(self.spec),
+            "options": {k: str(v) for k, v in self.options},
+        }
+
+
+SOURCES = (Scan, Memory, FileRecords)
+"""The nodes a plan starts from."""
+
+
+def source_schema(node: Scan | Memory | FileRecords) -> Any:
+    """The Arrow schema a source node gives."""
+    return node.table.schema if isinstance(node, Memory) else node.schema
 
 
 @dataclass(frozen=True, eq=False)
@@ -271,12 +326,17 @@ class Sql(Node):
 
     query: str
     tables: tuple[tuple[str, Node], ...]
+    functions: tuple[tuple[str, tuple[Any, ...]], ...] = ()  # (name, slot chain ops)
 
     def children(self) -> tuple[Node, ...]:
         return tuple(node for _, node in self.tables)
 
     def label(self) -> str:
-        return f"sql({self.query!r}, tables={[name for name, _ in self.tables]})"
+        extra = f", functions={[name for name, _ in self.functions]}" if self.functions else ""
+        return f"sql({self.query!r}, tables={[name for name, _ in self.tables]}{extra})"
 
     def describe(self) -> dict[str, Any]:
-        return {"sql": self.query, "tables": {name: node.describe() for name, node in self.tables}}
+        out = {"sql": self.query, "tables": {name: node.describe() for name, node in self.tables}}
+        if self.functions:
+            out["functions"] = {n: [op.describe() for op in ops] for n, ops in self.functions}
+        return out

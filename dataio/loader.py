@@ -14,7 +14,7 @@ from dataio.engine.assemble import FailurePolicy, assemble
 from dataio.engine.batch_ops import apply_batch_ops, padded_slots
 from dataio.engine.buffers import BufferPool
 from dataio.engine.executor import Executor
-from dataio.engine.export import to_arrow, to_torch
+from dataio.engine.export import check_device, to_arrow, to_torch
 from dataio.engine.lower import lower
 from dataio.engine.state import LoaderState, validate_state
 from dataio.engine.stream import ShardSpec, plan_chunks
@@ -88,6 +88,8 @@ class Loader:
         max_prefetch_bytes: int | None,
         device: str | None,
     ) -> None:
+        if device is not None and output == "torch":
+            check_device(device)  # an absent device fails run() itself, before anything
         _check_options(output, concurrency, order, on_failure, log_errors, seed, epoch)
         if device is not None and output != "torch":
             raise PlanError(f"device={device!r} needs run('torch'), not run({output!r})")

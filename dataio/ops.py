@@ -119,6 +119,13 @@ def non_negative(value: object, what: str) -> float:
     return float(value)
 
 
+def flag(value: object, what: str) -> bool:
+    """Validate a ``True``/``False`` option."""
+    if not isinstance(value, bool):
+        raise PlanError(f"{what} must be True or False, got {value!r}")
+    return value
+
+
 def probability(value: Any, what: str) -> float:
     """Validate a probability in [0, 1]."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:

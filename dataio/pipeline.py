@@ -11,16 +11,17 @@ A pipeline is ``[record maps] slots... shape-stage [batch maps]``:
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Self
 
-from dataio import decoders, transforms
+from dataio import registry, runtime
 from dataio.cond import Predicate
 from dataio.exceptions import PlanError
-from dataio.ops import Op, make_op, positive_int
+from dataio.naming import callable_name
+from dataio.ops import Op, positive_int
+from dataio.registry.chain import When
 
 if TYPE_CHECKING:
     from dataio.loader import Loader
@@ -47,12 +48,6 @@ __all__ = [
 PLAN_VERSION = 1
 
 
-def _callable_name(fn: Callable[..., Any]) -> str:
-    module = getattr(fn, "__module__", None) or "?"
-    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
-    return f"{module}.{name}"
-
-
 @dataclass(frozen=True)
 class Map:
     """A Python function applied to each record (before the shape stage) or batch (after)."""
@@ -61,7 +56,7 @@ class Map:
 
     def describe(self) -> dict[str, Any]:
         """Return a JSON-ready description (the function is named, not hashed)."""
-        return {"map": _callable_name(self.fn)}
+        return {"map": callable_name(self.fn)}
 
 
 @dataclass(frozen=True)
@@ -123,7 +118,7 @@ class Slot:
         """The record field this slot reads (its name unless ``field=`` was given)."""
         return self.field_name or self.name
 
-    def then(self, *ops: Op | Chain) -> Slot:
+    def then(self, *ops: Op | Chain) -> Self:
         """Append ops built by :mod:`dataio.decoders` / :mod:`dataio.transforms`.
 
         Example:
@@ -135,106 +130,36 @@ class Slot:
             raise PlanError(f"slot {self.name!r} is a passthrough; it takes no ops")
         ops = _flatten_ops(self.name, ops)
         chain = self.ops + ops
-        _validate_chain(self.name, chain)
+        registry.validate_chain(f"slot {self.name!r}", chain)
         return replace(self, ops=chain)
 
     chain = then
 
-    def decode_image(self, *, mode: decoders.ImageMode = "rgb", exact: bool = False) -> Slot:
-        """Decode image bytes; see :func:`dataio.decoders.image`."""
-        return self.then(decoders.image(mode=mode, exact=exact))
-
-    def decode_numpy(self) -> Slot:
-        """Decode NPY bytes; see :func:`dataio.decoders.numpy`."""
-        return self.then(decoders.numpy())
-
-    def decode_safetensors(self, *, key: str | None = None) -> Slot:
-        """Decode one safetensors tensor; see :func:`dataio.decoders.safetensors`."""
-        return self.then(decoders.safetensors(key=key))
-
-    def resize(self, *, h: int, w: int) -> Slot:
-        """Resize to ``h`` x ``w``; see :func:`dataio.transforms.resize`."""
-        return self.then(transforms.resize(h=h, w=w))
-
-    def resize_short(self, size: int) -> Slot:
-        """Resize the short side to ``size``; see :func:`dataio.transforms.resize_short`."""
-        return self.then(transforms.resize_short(size))
-
-    def center_crop(self, *, h: int, w: int) -> Slot:
-        """Crop the center; see :func:`dataio.transforms.center_crop`."""
-        return self.then(transforms.center_crop(h=h, w=w))
-
-    def random_crop(self, *, h: int, w: int) -> Slot:
-        """Crop at a random position; see :func:`dataio.transforms.random_crop`."""
-        return self.then(transforms.random_crop(h=h, w=w))
-
-    def random_resized_crop(self, *, h: int, w: int, **options: Any) -> Slot:
-        """Random area/aspect crop; see :func:`dataio.transforms.random_resized_crop`."""
-        return self.then(transforms.random_resized_crop(h=h, w=w, **options))
-
-    def random_flip(self, **options: Any) -> Slot:
-        """Random mirror; see :func:`dataio.transforms.random_flip`."""
-        return self.then(transforms.random_flip(**options))
-
-    def normalize(self, preset: Literal["imagenet"] | None = None, **options: Any) -> Slot:
-        """Normalize to float32; see :func:`dataio.transforms.normalize`."""
-        return self.then(transforms.normalize(preset, **options))
-
-    def output(self, **options: Any) -> Slot:
-        """Set dtype and layout; see :func:`dataio.transforms.output`."""
-        return self.then(transforms.output(**options))
-
-    def decode_audio(self, **options: Any) -> Slot:
-        """Decode audio; see :func:`dataio.decoders.audio`."""
-        return self.then(decoders.audio(**options))
-
-    def decode_json(self) -> Slot:
-        """Parse JSON; see :func:`dataio.decoders.json`."""
-        return self.then(decoders.json())
-
-    def decode_text(self, *, encoding: str = "utf-8") -> Slot:
-        """Decode text; see :func:`dataio.decoders.text`."""
-        return self.then(decoders.text(encoding=encoding))
-
-    def decode_bytes(self) -> Slot:
-        """Raw bytes; see :func:`dataio.decoders.bytes`."""
-        return self.then(decoders.bytes())
-
-    def decode_pt(self) -> Slot:
-        """Load torch weights; see :func:`dataio.decoders.pt`."""
-        return self.then(decoders.pt())
-
-    def pad(self, **options: Any) -> Slot:
-        """Pad borders; see :func:`dataio.transforms.pad`."""
-        return self.then(transforms.pad(**options))
-
-    def rotate90(self, k: int = 1) -> Slot:
-        """Quarter turns; see :func:`dataio.transforms.rotate90`."""
-        return self.then(transforms.rotate90(k))
-
-    def grayscale(self, **options: Any) -> Slot:
-        """Luma; see :func:`dataio.transforms.grayscale`."""
-        return self.then(transforms.grayscale(**options))
-
-    def color_jitter(self, **options: Any) -> Slot:
-        """Random color changes; see :func:`dataio.transforms.color_jitter`."""
-        return self.then(transforms.color_jitter(**options))
-
-    def to_dtype(self, dtype: Any, **options: Any) -> Slot:
-        """Cast; see :func:`dataio.transforms.to_dtype`."""
-        return self.then(transforms.to_dtype(dtype, **options))
-
-    def standardize(self, **options: Any) -> Slot:
-        """Per-sample normalization; see :func:`dataio.transforms.standardize`."""
-        return self.then(transforms.standardize(**options))
-
-    def fix_length(self, length: int, **options: Any) -> Slot:
-        """Crop or pad audio; see :func:`dataio.transforms.fix_length`."""
-        return self.then(transforms.fix_length(length, **options))
-
-    def gain(self, db: float) -> Slot:
-        """Audio gain; see :func:`dataio.transforms.gain`."""
-        return self.then(transforms.gain(db))
+    # the op methods, generated from the registry (signature and docs of each factory)
+    decode_image = registry.chain_method(registry.decode_image)
+    decode_numpy = registry.chain_method(registry.decode_numpy)
+    decode_safetensors = registry.chain_method(registry.decode_safetensors)
+    decode_audio = registry.chain_method(registry.decode_audio)
+    decode_json = registry.chain_method(registry.decode_json)
+    decode_text = registry.chain_method(registry.decode_text)
+    decode_bytes = registry.chain_method(registry.decode_bytes)
+    decode_pt = registry.chain_method(registry.decode_pt)
+    resize = registry.chain_method(registry.resize)
+    resize_short = registry.chain_method(registry.resize_short)
+    center_crop = registry.chain_method(registry.center_crop)
+    random_crop = registry.chain_method(registry.random_crop)
+    random_resized_crop = registry.chain_method(registry.random_resized_crop)
+    random_flip = registry.chain_method(registry.random_flip)
+    normalize = registry.chain_method(registry.normalize)
+    output = registry.chain_method(registry.output)
+    pad = registry.chain_method(registry.pad)
+    rotate90 = registry.chain_method(registry.rotate90)
+    grayscale = registry.chain_method(registry.grayscale)
+    color_jitter = registry.chain_method(registry.color_jitter)
+    to_dtype = registry.chain_method(registry.to_dtype)
+    standardize = registry.chain_method(registry.standardize)
+    fix_length = registry.chain_method(registry.fix_length)
+    gain = registry.chain_method(registry.gain)
 
     def active_when(self, predicate: Predicate) -> Slot:
         """Decode this optional slot only for records where a field ``predicate`` holds.
@@ -255,7 +180,7 @@ class Slot:
             )
         return replace(self, active=predicate)
 
-    def when(self, predicate: Predicate) -> When:
+    def when(self, predicate: Predicate) -> When[Self]:
         """Branch on the decoded value's shape: ``.when(p).then(ops).otherwise(ops)``.
 
         Example:
@@ -264,27 +189,12 @@ class Slot:
             ...      .when(c.shape(axis=0).gt(512)).then(t.center_crop(h=512, w=512))
             ...      .otherwise(t.resize(h=512, w=512)))
         """
-        if not isinstance(predicate, Predicate) or predicate.kind != "shape":
-            raise PlanError(
-                f"slot {self.name!r}: when() takes a shape predicate such as "
-                "dataio.cond.shape(axis=0).gt(512); field predicates gate slots with active_when"
-            )
-        if not self.ops:
-            raise PlanError(f"slot {self.name!r}: when() needs a decoder before it")
-        return When(self, predicate)
+        where = f"slot {self.name!r}"
+        return When(self, registry.check_when(where, self.ops, predicate), where)
 
-    def otherwise(self, *ops: Op) -> Slot:
+    def otherwise(self, *ops: Op) -> Self:
         """The ops of the last ``when`` branch's false side."""
-        last = self.ops[-1] if self.ops else None
-        if last is None or last.kind != "branch" or last.param("otherwise"):
-            raise PlanError(f"slot {self.name!r}: otherwise() must follow .when(...).then(...)")
-        _check_branch_ops(self.name, ops)
-        branch = make_op(
-            "when", "branch", pred=last.param("pred"), then=last.param("then"), otherwise=tuple(ops)
-        )
-        chain = (*self.ops[:-1], branch)
-        _validate_chain(self.name, chain)
-        return replace(self, ops=chain)
+        return replace(self, ops=registry.with_otherwise(f"slot {self.name!r}", self.ops, ops))
 
     def passthrough(self) -> Slot:
         """Deliver the field's Python values: numbers or bools as an array of their dtype.
@@ -358,7 +268,7 @@ def chain(*ops: Op | Chain) -> Chain:
         slot('image').decode_image(mode='rgb').resize_short(size=64).center_crop(h=56, w=56)
     """
     empty = Chain("chain")
-    return empty.then(*ops) if ops else empty  # type: ignore[return-value]  # replace() keeps Chain
+    return empty.then(*ops) if ops else empty
 
 
 def slots(
@@ -383,76 +293,6 @@ def slots(
         else:
             made.append(one.then(*(chain if isinstance(chain, Sequence) else (chain,))))
     return tuple(made)
-
-
-@dataclass(frozen=True)
-class When:
-    """The pending ``slot.when(predicate)``: call :meth:`then` with the true-side ops."""
-
-    slot: Slot
-    predicate: Predicate
-
-    def then(self, *ops: Op) -> Slot:
-        """Ops applied when the predicate holds; chain ``.otherwise(...)`` for the rest."""
-        _check_branch_ops(self.slot.name, ops)
-        branch = make_op("when", "branch", pred=self.predicate, then=tuple(ops), otherwise=())
-        return self.slot.then(branch)
-
-
-def _check_branch_ops(name: str, ops: tuple[Op, ...]) -> None:
-    for op in ops:
-        if not isinstance(op, Op) or op.kind not in ("geometry", "array", "branch"):
-            raise PlanError(
-                f"slot {name!r}: a branch holds transforms (geometry or array ops), got {op!r}"
-            )
-
-
-def _decoder_check(name: str, decoder: Op, ops: tuple[Op, ...]) -> None:
-    for op in ops:
-        if op.kind == "branch":
-            _decoder_check(name, decoder, op.param("then") + op.param("otherwise"))
-        elif op.applies_to and decoder.name not in op.applies_to:
-            accepted = " or ".join(op.applies_to)
-            raise PlanError(
-                f"slot {name!r}: {op.name} needs {accepted}, but the chain decodes with "
-                f"{decoder.name}"
-            )
-
-
-def _validate_chain(name: str, ops: tuple[Op, ...]) -> None:
-    kinds = [op.kind for op in ops]
-    if kinds and kinds[0] != "decode":
-        raise PlanError(
-            f"slot {name!r}: the chain must start with a decoder such as .decode_image(), "
-            f"got {ops[0]!r}"
-        )
-    if kinds.count("decode") > 1:
-        raise PlanError(f"slot {name!r}: a chain holds one decoder, got {kinds.count('decode')}")
-    if any(op.kind == "batch" for op in ops):
-        raise PlanError(
-            f"slot {name!r}: batch transforms go after the shape stage in dataio.pipeline(...), "
-            "not in a slot chain"
-        )
-    order = {"decode": 0, "geometry": 1, "array": 1, "branch": 1, "normalize": 2, "output": 3}
-    order["custom"] = 4
-    for previous, op in itertools.pairwise(ops):
-        if order[op.kind] < order[previous.kind]:
-            raise PlanError(
-                f"slot {name!r}: {op!r} cannot follow {previous!r}; order a chain as decode, "
-                "transforms, normalize, output, custom ops"
-            )
-        if op.kind in ("normalize", "output") and op.kind == previous.kind:
-            raise PlanError(f"slot {name!r}: {op.name} appears twice")
-    if ops:
-        _decoder_check(name, ops[0], ops[1:])
-    normalize = next((op for op in ops if op.kind == "normalize"), None)
-    out = next((op for op in ops if op.kind == "output"), None)
-    dtype = None if out is None else out.param("dtype")
-    if normalize is not None and dtype is not None and not dtype.startswith(("float", "bfloat")):
-        raise PlanError(
-            f"slot {name!r}: normalize produces floats; output(dtype={dtype!r}) would "
-            "truncate them: pick float32, float16 or bfloat16, or drop normalize"
-        )
 
 
 def slot(name: str, *, field: str | None = None, optional: bool = False) -> Slot:
@@ -710,13 +550,9 @@ class BoundPipeline:
             ...     for batch in loader:
             ...         print(batch["image"].shape)
         """
-        from dataio.loader import Loader
-
-        if device is not None and output == "torch":
-            from dataio.engine.export import check_device
-
-            check_device(device)
-        return Loader(
+        # the runtime sits above plans and is reached through dataio.runtime, never imported
+        loader: type[Loader] = runtime.loader()
+        return loader(
             self.pipeline,
             self.records,
             output=output,

@@ -48,11 +48,11 @@ def main() -> None:
             .select("key", "label", "area")
         )
         print(large)  # the schema and the plan; nothing has run yet
-        print("first rows:", large.limit(3).collect())
+        print("first rows:", large.limit(3).collect().to_pylist())
 
         # a Python predicate runs on the rows that pass the pushed-down part
         square = images.filter("label = 2", lambda r: abs(r["height"] - r["width"]) < 64)
-        print("near-square label-2 images:", len(square.collect()))
+        print("near-square label-2 images:", square.collect().num_rows)
 
         per_label = sql(
             "SELECT label, count(*) AS n, avg(height) AS mean_height "
@@ -62,10 +62,10 @@ def main() -> None:
         print(per_label.to_polars())
 
         same = images.filter(col("split") == "train").group_by("label").agg(n=count())
-        counts = sorted(r["n"] for r in same.collect())
+        counts = sorted(same.collect().column("n").to_pylist())
         print("agrees with the method API:", counts == per_label.to_polars()["n"].sort().to_list())
 
-        table = large.collect_arrow()
+        table = large.collect()
         print(f"arrow: {table.num_rows} rows, schema {table.schema.types}")
         print(large.explain().splitlines()[0], "...")
 

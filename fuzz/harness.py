@@ -64,7 +64,7 @@ HEAVY = (
     "torch",
     "datafusion",
     "dataio",
-    "dataio.engine.frame",
+    "dataio.engine.run",
     "dataio.formats.hdf5",
     "dataio.formats.numpy",
     "dataio.formats.safetensors",

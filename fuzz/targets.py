@@ -164,7 +164,8 @@ def audio(data: bytes, workdir: str) -> None:
 
 
 def npy(data: bytes, workdir: str) -> None:
-    """read_numpy (mapped and copied), read(format="npy"), scan_numpy, the decode slot."""
+    """read_numpy (mapped and copied), read(format="npy"), scan_numpy (iterated and
+    collected), the decode slot."""
     import dataio
 
     calls = _Calls()
@@ -173,6 +174,7 @@ def npy(data: bytes, workdir: str) -> None:
     calls("read_numpy mmap=False", lambda: _touch(dataio.read_numpy(path, mmap=False)))
     calls("read format=npy", lambda: _touch(dataio.read(path, format="npy")))
     calls("scan_numpy", lambda: _drain(dataio.scan_numpy(path)))
+    calls("scan_numpy collect", lambda: dataio.scan_numpy(path).collect())
     calls(
         "pipeline decode_numpy",
         lambda: _run_pipeline([{"x": data}], dataio.slot("x").decode_numpy()),
@@ -190,6 +192,7 @@ def npz(data: bytes, workdir: str) -> None:
     calls("read_npz mmap=False", lambda: _touch(dataio.read_npz(path, mmap=False)))
     calls("read format=npz", lambda: _touch(dataio.read(path, format="npz")))
     calls("scan_npz", lambda: _drain(dataio.scan_npz(path)))
+    calls("scan_npz collect", lambda: dataio.scan_npz(path).collect())
     calls.finish()
 
 
@@ -242,8 +245,14 @@ def tfrecord(data: bytes, workdir: str) -> None:
     path = _write(workdir, "input.tfrecord", data)
     calls("iter_tfrecord", lambda: _drain(dataio.iter_tfrecord(path)))
     calls("iter_tfrecord raw", lambda: _drain(dataio.iter_tfrecord(path, raw=True)))
-    calls("scan_tfrecord collect", lambda: dataio.scan_tfrecord(path).collect())
+    calls("scan_tfrecord collect", lambda: dataio.scan_tfrecord(path).collect().to_pylist())
     calls.finish()
+
+
+def _by_position(frame: Any) -> None:
+    """Read every row by position, last first (each row group / record batch once)."""
+    rows = frame.by_position()
+    rows.take_batch(range(rows.length() - 1, -1, -1)).to_pylist()
 
 
 def _arrow_file(data: bytes, workdir: str, suffix: str, formats: tuple[str, ...]) -> None:
@@ -252,7 +261,8 @@ def _arrow_file(data: bytes, workdir: str, suffix: str, formats: tuple[str, ...]
     calls = _Calls()
     path = _write(workdir, f"input.{suffix}", data)
     calls("read_feather to_pylist", lambda: dataio.read_feather(path).to_pylist())
-    calls("scan_feather collect", lambda: dataio.scan_feather(path).collect())
+    calls("scan_feather collect", lambda: dataio.scan_feather(path).collect().to_pylist())
+    calls("scan_feather by_position", lambda: _by_position(dataio.scan_feather(path)))
     for name in formats:
 
         def read(name: str = name) -> None:
@@ -280,7 +290,8 @@ def parquet(data: bytes, workdir: str) -> None:
     calls = _Calls()
     path = _write(workdir, "input.parquet", data)
     calls("read_parquet to_pylist", lambda: dataio.read_parquet(path).to_pylist())
-    calls("scan_parquet collect", lambda: dataio.scan_parquet(path).collect())
+    calls("scan_parquet collect", lambda: dataio.scan_parquet(path).collect().to_pylist())
+    calls("scan_parquet by_position", lambda: _by_position(dataio.scan_parquet(path)))
     calls("read format=parquet", lambda: dataio.read(path, format="parquet").to_pylist())
     calls("manifest parquet", lambda: list(dataio.manifest(path)))
     calls.finish()
@@ -309,6 +320,7 @@ def hdf5(data: bytes, workdir: str) -> None:
 
         calls(f"read_hdf5 {key}", one)
     calls("scan_hdf5", lambda: [_no_outside_bytes(r) for r in dataio.scan_hdf5(path)])
+    calls("scan_hdf5 collect", lambda: dataio.scan_hdf5(path).collect())
     calls.finish()
 
 
@@ -377,7 +389,7 @@ def json_(data: bytes, workdir: str) -> None:
     )
     calls("read format=json", lambda: dataio.read(path, format="json"))
     calls("read format=jsonl", lambda: dataio.read(path, format="jsonl"))
-    calls("scan_json collect", lambda: dataio.scan_json(path).collect())
+    calls("scan_json collect", lambda: dataio.scan_json(path).collect().to_pylist())
     calls("manifest jsonl", lambda: list(dataio.manifest(path)))
     calls.finish()
 
@@ -405,7 +417,7 @@ def csv_manifest(data: bytes, workdir: str) -> None:
     calls = _Calls()
     path = _write(workdir, "input.csv", data)
     calls("manifest csv", lambda: list(dataio.manifest(path)))
-    calls("scan_csv collect", lambda: dataio.scan_csv(path).collect())
+    calls("scan_csv collect", lambda: dataio.scan_csv(path).collect().to_pylist())
     calls.finish()
 
 

@@ -109,19 +109,19 @@ def same(
 
 def test_scans_read_what_pyarrow_reads_in_file_order(data) -> None:
     root = data["root"]
-    same(frame(data).collect_arrow(), data["whole"])
-    same(scan_parquet(str(root / "pq" / "*.parquet")).collect_arrow(), data["whole"])
-    same(scan_feather(root / "all.arrow").collect_arrow(), feather.read_table(root / "all.arrow"))
-    same(scan_csv(root / "all.csv").collect_arrow(), pacsv.read_csv(root / "all.csv"))
+    same(frame(data).collect(), data["whole"])
+    same(scan_parquet(str(root / "pq" / "*.parquet")).collect(), data["whole"])
+    same(scan_feather(root / "all.arrow").collect(), feather.read_table(root / "all.arrow"))
+    same(scan_csv(root / "all.csv").collect(), pacsv.read_csv(root / "all.csv"))
     expected_json = pl.read_ndjson(root / "all.jsonl")
-    got_json = scan_json(root / "all.jsonl").collect_arrow()
+    got_json = scan_json(root / "all.jsonl").collect()
     assert got_json.to_pylist() == expected_json.to_dicts()
     # a list is read in the order given, not sorted
     reordered = [data["paths"][2], data["paths"][0]]
-    got = scan(reordered).collect_arrow()
+    got = scan(reordered).collect()
     expected = pa.concat_tables([pq.read_table(p) for p in reordered])
     same(got, expected)
-    assert scan(reordered).collect() == expected.to_pylist()
+    assert scan(reordered).collect().to_pylist() == expected.to_pylist()
 
 
 def test_filter_expressions_sql_strings_and_callables_match_polars(data) -> None:
@@ -129,28 +129,28 @@ def test_filter_expressions_sql_strings_and_callables_match_polars(data) -> None
     expected = lazy(data).filter(
         ((pl.col("label") < 3) & (pl.col("value") > 0.4)) | pl.col("name").is_in(["item-0005"])
     )
-    same(frame(data).filter(expr).collect_arrow(), expected.collect())
+    same(frame(data).filter(expr).collect(), expected.collect())
     same(
-        frame(data).filter("label < 3 AND value > 0.4 OR name IN ('item-0005')").collect_arrow(),
+        frame(data).filter("label < 3 AND value > 0.4 OR name IN ('item-0005')").collect(),
         expected.collect(),
     )
     same(
-        frame(data).filter(~col("flag"), col("value").is_null()).collect_arrow(),
+        frame(data).filter(~col("flag"), col("value").is_null()).collect(),
         lazy(data).filter(~pl.col("flag"), pl.col("value").is_null()).collect(),
     )
     same(
-        frame(data).filter((col("id") % 4 == 1) & (col("id") * 2 - 1 >= 31)).collect_arrow(),
+        frame(data).filter((col("id") % 4 == 1) & (col("id") * 2 - 1 >= 31)).collect(),
         lazy(data).filter((pl.col("id") % 4 == 1) & (pl.col("id") * 2 - 1 >= 31)).collect(),
     )
 
     def odd_names(row: dict) -> bool:
         return int(row["name"][-1]) % 2 == 1
 
-    rows = frame(data).filter(col("label") == 2, odd_names).collect()
+    rows = frame(data).filter(col("label") == 2, odd_names).collect().to_pylist()
     oracle = [r for r in data["whole"].to_pylist() if r["label"] == 2 and odd_names(r)]
     assert rows == oracle
     # steps after a Python filter still run, on the rows that passed
-    after = frame(data).filter(odd_names).filter(col("id") > 100).select("id").collect()
+    after = frame(data).filter(odd_names).filter(col("id") > 100).select("id").collect().to_pylist()
     assert after == [
         {"id": r["id"]} for r in data["whole"].to_pylist() if odd_names(r) and r["id"] > 100
     ]
@@ -159,28 +159,26 @@ def test_filter_expressions_sql_strings_and_callables_match_polars(data) -> None
 def test_select_with_columns_limit_sort(data) -> None:
     f, p = frame(data), lazy(data)
     same(
-        f.select("name", (col("value") * 2).alias("double"), col("id")).collect_arrow(),
+        f.select("name", (col("value") * 2).alias("double"), col("id")).collect(),
         p.select("name", (pl.col("value") * 2).alias("double"), "id").collect(),
     )
     same(
-        f.with_columns(
-            col("id").cast(pa.float64()).alias("fid"), label=col("label") + 1
-        ).collect_arrow(),
+        f.with_columns(col("id").cast(pa.float64()).alias("fid"), label=col("label") + 1).collect(),
         p.with_columns(
             pl.col("id").cast(pl.Float64).alias("fid"), label=(pl.col("label") + 1).cast(pl.Int64)
         ).collect(),
     )
-    same(f.limit(7, offset=75).collect_arrow(), p.slice(75, 7).collect())
+    same(f.limit(7, offset=75).collect(), p.slice(75, 7).collect())
     same(
-        f.filter(col("label") == 4).head(5).collect_arrow(),
+        f.filter(col("label") == 4).head(5).collect(),
         p.filter(pl.col("label") == 4).head(5).collect(),
     )
     same(
-        f.sort(["label", "id"], descending=[True, False]).collect_arrow(),
+        f.sort(["label", "id"], descending=[True, False]).collect(),
         p.sort(["label", "id"], descending=[True, False]).collect(),
     )
     same(
-        f.sort(["value", "id"], nulls_first=True).limit(30).collect_arrow(),
+        f.sort(["value", "id"], nulls_first=True).limit(30).collect(),
         p.sort(["value", "id"], nulls_last=False).head(30).collect(),
     )
 
@@ -194,7 +192,7 @@ def test_join_and_group_by_match_polars(data) -> None:
     for how in ("inner", "left", "right", "full", "semi", "anti"):
         # keys named alike appear once: polars' coalesce=True (its default but for full)
         same(
-            f.join(right, on="label", how=how).collect_arrow(),
+            f.join(right, on="label", how=how).collect(),
             p.join(pl.from_arrow(names).lazy(), on="label", how=how, coalesce=True).collect(),
             sort=["id", "label"],
         )
@@ -202,7 +200,7 @@ def test_join_and_group_by_match_polars(data) -> None:
         frame(data).group_by("label").agg(
             col("value").sum(), col("value").mean(), col("id").min(), col("id").max(),
             col("value").count(), col("flag").n_unique(), n=count(),
-        ).collect_arrow(),
+        ).collect(),
         lazy(data).group_by("label").agg(
             pl.col("value").sum().alias("value_sum"), pl.col("value").mean().alias("value_mean"),
             pl.col("id").min().alias("id_min"), pl.col("id").max().alias("id_max"),
@@ -213,7 +211,7 @@ def test_join_and_group_by_match_polars(data) -> None:
         sort=["label"],
         exact=False,
     )  # fmt: skip
-    total = frame(data).agg(col("id").sum()).collect()
+    total = frame(data).agg(col("id").sum()).collect().to_pylist()
     assert total == [{"id_sum": int(pc.sum(data["whole"]["id"]).as_py())}]
 
 
@@ -224,7 +222,7 @@ def test_frames_are_values(data) -> None:
     selected = filtered.select("id")
     assert repr(base) == before and base.columns == data["whole"].column_names
     assert filtered.columns == base.columns and selected.columns == ["id"]
-    assert selected.collect_arrow().num_rows == filtered.collect_arrow().num_rows
+    assert selected.collect().num_rows == filtered.collect().num_rows
     assert "LazyFrame[id: int64]" in repr(selected) and "filter((col('label') == 1))" in repr(
         selected
     )
@@ -237,7 +235,9 @@ def test_frames_are_values(data) -> None:
 
 def test_arrow_exports_reach_polars_duckdb_and_pyarrow(data) -> None:
     query = frame(data).filter(col("label") == 3).select("id", "name", "blob")
-    expected = query.collect_arrow()
+    expected = query.collect()
+    assert isinstance(expected, pa.Table)
+    assert query.collect_arrow() == expected  # the reference's name for collect()
     assert expected.schema.field("name").type == pa.string()
     assert expected.schema.field("blob").type == pa.binary()
     assert pa.table(query) == expected
@@ -259,7 +259,7 @@ def test_loader_arrow_output_reaches_polars_duckdb_and_pyarrow(data) -> None:
         dataio.slot("id").passthrough(), dataio.slot("name").passthrough(), dataio.batch(16)
     )
     source = frame(data).filter(col("label") < 3)
-    expected = source.select("id", "name").collect()
+    expected = source.select("id", "name").collect().to_pylist()
     batches = list(plan.bind(source).run("arrow"))
     assert all(isinstance(b, pa.RecordBatch) for b in batches)
     delivered = pa.Table.from_batches(batches)
@@ -335,9 +335,9 @@ def test_files_are_touched_only_by_terminals(data, tmp_path: Path) -> None:
     query = scan_parquet(path).filter(col("id") < 3).select("id")
     pq.write_table(make_table(1).slice(0, 2), path)  # same schema, new rows
     assert repr(query)
-    assert query.collect() == []
+    assert query.collect().to_pylist() == []
     pq.write_table(pa.table({"id": pa.array([0, 1, 2, 9], pa.int64())}), path)
-    assert query.collect() == [{"id": 0}, {"id": 1}, {"id": 2}]
+    assert query.collect().to_pylist() == [{"id": 0}, {"id": 1}, {"id": 2}]
     os.remove(path)
     assert "scan_parquet" in repr(query)
     with pytest.raises(NotFoundError, match=r"data\.parquet"):
@@ -378,7 +378,7 @@ def test_bad_input_is_a_clear_dataio_error(data, tmp_path: Path) -> None:
     later = scan_parquet(mixed)
     (mixed / "b.parquet").write_bytes(b"PAR1" + bytes(100) + b"garbage!PAR1")
     with pytest.raises(FormatError, match=r"b\.parquet"):
-        later.collect_arrow()
+        later.collect()
     with pytest.raises(NotFoundError, match="matched no files"):
         scan_parquet(tmp_path / "*.nothing")
     with pytest.raises(NotFoundError, match="no such file"):
@@ -405,7 +405,7 @@ def test_remembered_step_checks_stay_exact(data) -> None:
             f.filter(col("id") > "abc")
     # the same step text over other inputs: literals and column types are part of it
     assert (
-        f.filter(col("id") > 3.5).collect_arrow().num_rows
+        f.filter(col("id") > 3.5).collect().num_rows
         == pc.sum(pc.greater(data["whole"]["id"], 3.5)).as_py()
     )
     renamed = f.select(col("name").alias("id"))
@@ -415,19 +415,19 @@ def test_remembered_step_checks_stay_exact(data) -> None:
     table = pa.table({"id": pa.array([1.5, 4.5]), "name": ["a", "b"]})
     floats = sql("SELECT * FROM t", t=table)
     assert floats.filter(col("id") > 3).select("id").schema == pa.schema([("id", pa.float64())])
-    assert floats.filter(col("id") > 3).select("id").collect_arrow()["id"].to_pylist() == [4.5]
+    assert floats.filter(col("id") > 3).select("id").collect()["id"].to_pylist() == [4.5]
     # steps whose labels read alike are still told apart
     assert f.select(col("id").cast(pa.int32()).alias("id")).schema.field("id").type == pa.int32()
     with pytest.raises(QueryError, match="DataType"):
         f.select(col("id").cast("int32").alias("id"))  # type: ignore[arg-type]
-    assert f.filter("(1 == '1')").collect_arrow().num_rows == data["whole"].num_rows
+    assert f.filter("(1 == '1')").collect().num_rows == data["whole"].num_rows
     with pytest.raises(QueryError, match=r"cannot compare 1 \(int64\) with '1'"):
         f.filter(lit(1) == "1")
     plain = pa.struct([pa.field("a", pa.int64())])
     tagged = pa.struct([pa.field("a", pa.int64(), metadata={"unit": "px"})])
     structs = sql("SELECT named_struct('a', id) AS s FROM t", t=f)
     for kind in (plain, tagged, plain):
-        got = structs.select(col("s").cast(kind).alias("s")).collect_arrow()
+        got = structs.select(col("s").cast(kind).alias("s")).collect()
         assert got.schema.field("s").type.field(0).metadata == kind.field(0).metadata
 
 
@@ -452,7 +452,7 @@ def test_feather_keeps_arrow_types_and_buffers_through_projection_and_slicing(
     path = tmp_path / "table.arrow"
     feather.write_feather(table, path, compression="uncompressed")
     before = pa.total_allocated_bytes()
-    got = scan_feather(path).select("tensor", "cat", "ts", "key").limit(3, offset=2).collect_arrow()
+    got = scan_feather(path).select("tensor", "cat", "ts", "key").limit(3, offset=2).collect()
     assert pa.total_allocated_bytes() == before  # buffers are the file's memory map
     expected = table.select(["tensor", "cat", "ts", "key"]).slice(2, 3)
     assert got.schema == expected.schema and got.equals(expected)
@@ -485,7 +485,7 @@ def source_plan(size: int = 4) -> dataio.Pipeline:
 
 def test_frame_as_a_record_source_resumes_and_shards(data) -> None:
     source = frame(data).filter(col("label").is_in([1, 2]) & (col("id") > 20)).select("id", "name")
-    expected = [r["id"] for r in source.collect()]
+    expected = [r["id"] for r in source.collect().to_pylist()]
     assert [r["id"] for r in source] == expected  # iteration order is the collect order
     loader = source_plan().bind(source).run()
     assert [i for b in loader for i in b["id"]] == expected
@@ -513,7 +513,7 @@ def test_non_row_local_frames_stream_in_a_stable_order(data) -> None:
     source = frame(data).group_by("label", "flag").agg(col("id").sum(), n=count())
     first = [tuple(r.values()) for r in source]
     assert first == [tuple(r.values()) for r in source]
-    assert sorted(first) == sorted(tuple(r.values()) for r in source.collect())
+    assert sorted(first) == sorted(tuple(r.values()) for r in source.collect().to_pylist())
 
     def make_loader(**options: Any) -> dataio.Loader:
         plan = dataio.pipeline(
@@ -540,7 +540,7 @@ def test_source_signature_describes_the_plan(data) -> None:
 
 
 def test_limit_before_sort_takes_rows_in_file_order(data) -> None:
-    got = frame(data).limit(10, offset=75).sort("id", descending=True).collect_arrow()
+    got = frame(data).limit(10, offset=75).sort("id", descending=True).collect()
     same(got, lazy(data).slice(75, 10).sort("id", descending=True).collect())
     rows = list(frame(data).limit(10, offset=75).sort("id", descending=True))
     assert rows == got.to_pylist()

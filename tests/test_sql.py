@@ -62,7 +62,7 @@ QUERIES = [
 
 @pytest.mark.parametrize("query", QUERIES)
 def test_queries_match_duckdb(data, query: str) -> None:
-    got = sql(query, t=frame(data)).collect_arrow()
+    got = sql(query, t=frame(data)).collect()
     con = duckdb.connect()
     t = con.read_parquet(data["paths"])  # noqa: F841 - duckdb finds it by name
     cursor = con.execute(query)
@@ -82,13 +82,17 @@ def test_queries_match_duckdb(data, query: str) -> None:
 def test_sql_over_files_and_csv(data, tmp_path: Path) -> None:
     csv = tmp_path / "labels.csv"
     csv.write_text("label,word\n" + "".join(f"{i},w{i}\n" for i in range(7)))
-    got = sql(
-        "SELECT f.id, l.word FROM f JOIN l ON f.label = l.label WHERE f.id < 12 ORDER BY f.id",
-        f=str(data["root"] / "pq"),
-        l=str(csv),
-    ).collect()
+    got = (
+        sql(
+            "SELECT f.id, l.word FROM f JOIN l ON f.label = l.label WHERE f.id < 12 ORDER BY f.id",
+            f=str(data["root"] / "pq"),
+            l=str(csv),
+        )
+        .collect()
+        .to_pylist()
+    )
     assert got == [{"id": i, "word": f"w{i % 7}"} for i in range(12)]
-    assert scan_csv(csv).collect()[2] == {"label": 2, "word": "w2"}
+    assert scan_csv(csv).collect().to_pylist()[2] == {"label": 2, "word": "w2"}
 
 
 def test_sql_over_frames_files_and_memory_arrow(data) -> None:
@@ -106,11 +110,11 @@ def test_sql_over_frames_files_and_memory_arrow(data) -> None:
     )  # fmt: skip
     for left in (frame(data), str(data["root"] / "pq"), data["paths"][:1] and frame(data)):
         for right in (labels, batch, polars_labels, sql("SELECT * FROM x", x=labels)):
-            same(sql(query, f=left, l=right).collect_arrow(), expected)
+            same(sql(query, f=left, l=right).collect(), expected)
     nested = sql(
         "SELECT word, count(*) AS n FROM t GROUP BY word", t=sql(query, f=frame(data), l=labels)
     )
-    assert sorted(r["n"] for r in nested.collect()) == sorted(
+    assert sorted(r["n"] for r in nested.collect().to_pylist()) == sorted(
         expected.group_by("word").len()["len"].to_list()
     )
     # a SQL frame is a frame: methods chain on it
@@ -119,7 +123,7 @@ def test_sql_over_frames_files_and_memory_arrow(data) -> None:
         .filter(col("label") == 0)
         .sort("id", descending=True)
     )
-    assert chained.collect() == sorted(
+    assert chained.collect().to_pylist() == sorted(
         ({"id": r["id"], "label": 0} for r in data["whole"].to_pylist() if r["label"] == 0),
         key=lambda r: -r["id"],
     )
@@ -136,17 +140,19 @@ def test_image_kernels_as_sql_and_column_expressions(tiny_images, tmp_path: Path
     pq.write_table(table, path)
     sizes = [Image.open(io.BytesIO(b)).size for b in tiny_images[:4]]
     f = scan_parquet(path)
-    got = f.select("key", col("image").image_size().field("width").alias("w")).collect()
+    got = f.select("key", col("image").image_size().field("width").alias("w")).collect().to_pylist()
     assert [r["w"] for r in got] == [w for w, _ in sizes]
-    decoded = f.with_columns(pixels=col("image").decode_image("gray")).collect()
+    decoded = f.with_columns(pixels=col("image").decode_image("gray")).collect().to_pylist()
     assert [
         (r["pixels"]["height"], r["pixels"]["width"], r["pixels"]["channels"]) for r in decoded
     ] == [(h, w, 1) for w, h in sizes]
     for typ in (pa.binary(), pa.large_binary(), pa.binary_view()):
         memory = pa.table({"image": pa.array(tiny_images[:4], typ)})
-        rows = sql("SELECT image_size(image)['height'] AS h FROM t", t=memory).collect()
+        rows = sql("SELECT image_size(image)['height'] AS h FROM t", t=memory).collect().to_pylist()
         assert [r["h"] for r in rows] == [h for _, h in sizes]
-    wide = f.filter(col("image").image_size().field("width") > 30).select("key").collect()
+    wide = (
+        f.filter(col("image").image_size().field("width") > 30).select("key").collect().to_pylist()
+    )
     assert [r["key"] for r in wide] == [f"k{i}" for i, (w, _) in enumerate(sizes) if w > 30]
 
 

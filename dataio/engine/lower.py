@@ -12,24 +12,36 @@ turns it into one function ``run(data, rng, out) -> (value, source_size)``:
 
 Custom ops are batch-level: they run on the stacked column at assembly. Each decoder
 op name maps to its decode function in :data:`DECODERS`; transforms to
-:data:`ARRAY_OPS`.
+:data:`ARRAY_OPS`. Both tables are generated from :mod:`dataio.registry`, which names
+each op's kernel.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
+from dataio import registry
 from dataio.cond import Predicate
 from dataio.exceptions import PlanError
 from dataio.ops import Op
 from dataio.pipeline import Pipeline, Slot
 from dataio.udfs.image import ImageSpec, run_chain, transform_pixels, write_pixels
 
-__all__ = ["ARRAY_OPS", "DECODERS", "KernelFn", "SlotKernel", "image_spec", "lower"]
+__all__ = [
+    "ARRAY_OPS",
+    "DECODERS",
+    "KernelFn",
+    "SlotKernel",
+    "image_spec",
+    "kernel_function",
+    "lower",
+    "lower_chain",
+]
 
 KernelFn = Callable[[Any, Any, Any], tuple[Any, tuple[int, ...] | None]]
 
@@ -239,105 +251,53 @@ def _lower_decoder(slot: Slot) -> SlotKernel:
     return SlotKernel(slot.name, slot.source_field, run, random=_is_random(middle), objects=objects)
 
 
-def _decoders() -> dict[str, Callable[[dict[str, Any]], tuple[Callable[[Any], Any], bool]]]:
-    def audio(p: dict[str, Any]) -> tuple[Callable[[Any], Any], bool]:
-        from dataio.udfs.audio import decode_audio
-
-        def decode(data: Any) -> tuple[Any, tuple[int, ...]]:
-            samples, rate = decode_audio(
-                data, sample_rate=p["sample_rate"], mono=p["mono"], resampling=p["resampling"]
-            )
-            return samples, (rate,)
-
-        return decode, False
-
-    def numpy(p: dict[str, Any]) -> tuple[Callable[[Any], Any], bool]:
-        from dataio.udfs.tensor import decode_npy
-
-        return (lambda data: (decode_npy(data), None)), False
-
-    def safetensors(p: dict[str, Any]) -> tuple[Callable[[Any], Any], bool]:
-        from dataio.udfs.tensor import decode_safetensors
-
-        return (lambda data: (decode_safetensors(data, p["key"]), None)), False
-
-    def text_like(name: str) -> Callable[[dict[str, Any]], tuple[Callable[[Any], Any], bool]]:
-        def build(p: dict[str, Any]) -> tuple[Callable[[Any], Any], bool]:
-            from dataio.udfs import text
-
-            fn = getattr(text, name)
-            if name == "decode_text":
-                return (lambda data: (fn(data, p["encoding"]), None)), True
-            return (lambda data: (fn(data), None)), True
-
-        return build
-
-    return {
-        "decode_audio": audio,
-        "decode_numpy": numpy,
-        "decode_safetensors": safetensors,
-        "decode_json": text_like("decode_json"),
-        "decode_text": text_like("decode_text"),
-        "decode_bytes": text_like("decode_bytes"),
-        "decode_pt": text_like("decode_pt"),
-    }
+def kernel_function(spec: registry.OpSpec[Any]) -> Callable[..., Any]:
+    """Import the ``dataio.udfs`` function that computes ``spec`` (``"module:function"``)."""
+    module, _, name = spec.kernel.partition(":")
+    return cast(Callable[..., Any], getattr(importlib.import_module(module), name))
 
 
-#: decoder op name -> builder of (decode(data) -> (value, source size), yields objects)
-DECODERS = _decoders()
+DecoderBuilder = Callable[[dict[str, Any]], tuple[Callable[[Any], Any], bool]]
+ArrayOpBuilder = Callable[[dict[str, Any]], Callable[[Any, Any], Any]]
 
 
-def _array_ops() -> dict[str, Callable[[dict[str, Any]], Callable[[Any, Any], Any]]]:
-    def arrays(name: str, *keys: str, rng: bool = False) -> Callable[..., Any]:
-        def build(p: dict[str, Any]) -> Callable[[Any, Any], Any]:
-            from dataio.udfs import arrays as kernels
+def _decoder(spec: registry.OpSpec[Any]) -> DecoderBuilder:
+    def build(params: dict[str, Any]) -> tuple[Callable[[Any], Any], bool]:
+        fn = kernel_function(spec)
+        if spec.rate:  # the kernel also returns the source's rate, the row's size
 
-            fn = getattr(kernels, name)
-            options = {k: p[k] for k in keys}
-            if rng:
-                return lambda x, r: fn(x, r, **options)
-            return lambda x, r: fn(x, **options)
+            def decode(data: Any) -> tuple[Any, tuple[int, ...] | None]:
+                value, rate = fn(data, **params)
+                return value, (rate,)
 
-        return build
+            return decode, spec.objects
+        return (lambda data: (fn(data, **params), None)), spec.objects
 
-    def fix_length(p: dict[str, Any]) -> Callable[[Any, Any], Any]:
-        from dataio.udfs.audio import fix_length as kernel
-
-        return lambda x, r: kernel(
-            x, p["length"], rng=r, random_crop=p["random_crop"], pad_value=p["pad_value"]
-        )
-
-    def gain(p: dict[str, Any]) -> Callable[[Any, Any], Any]:
-        from dataio.udfs.audio import gain as kernel
-
-        return lambda x, r: kernel(x, p["db"])
-
-    def to_dtype(p: dict[str, Any]) -> Callable[[Any, Any], Any]:
-        from dataio.udfs.arrays import to_dtype as kernel
-
-        return lambda x, r: kernel(x, p["dtype"], scale=p["scale"])
-
-    def rotate90(p: dict[str, Any]) -> Callable[[Any, Any], Any]:
-        from dataio.udfs.arrays import rotate90 as kernel
-
-        return lambda x, r: kernel(x, p["k"])
-
-    return {
-        "pad": arrays("pad", "top", "bottom", "left", "right", "value"),
-        "rotate90": rotate90,
-        "grayscale": arrays("grayscale", "channels"),
-        "color_jitter": arrays(
-            "color_jitter", "brightness", "contrast", "saturation", "hue", rng=True
-        ),
-        "to_dtype": to_dtype,
-        "standardize": arrays("standardize", "eps"),
-        "fix_length": fix_length,
-        "gain": gain,
-    }
+    return build
 
 
-#: transform op name -> builder of ``f(value, rng) -> value``
-ARRAY_OPS = _array_ops()
+def _array_op_builder(spec: registry.OpSpec[Any]) -> ArrayOpBuilder:
+    def build(params: dict[str, Any]) -> Callable[[Any, Any], Any]:
+        fn = kernel_function(spec)
+        if spec.rng:
+            return lambda x, rng: fn(x, rng=rng, **params)
+        return lambda x, rng: fn(x, **params)
+
+    return build
+
+
+#: decoder op name -> builder of (decode(data) -> (value, source size), yields objects);
+#: the fused image decoder is lowered by :func:`image_spec` instead
+DECODERS: dict[str, DecoderBuilder] = {
+    spec.name: _decoder(spec)
+    for spec in registry.specs()
+    if spec.kind == "decode" and not spec.fused
+}
+
+#: transform op name -> builder of ``f(value, rng) -> value``; geometry ops fuse instead
+ARRAY_OPS: dict[str, ArrayOpBuilder] = {
+    spec.name: _array_op_builder(spec) for spec in registry.specs() if spec.kind == "array"
+}
 
 
 def _lower_slot(slot: Slot) -> SlotKernel:
@@ -363,6 +323,17 @@ def _lower_slot(slot: Slot) -> SlotKernel:
         slot.active,
         custom,
     )
+
+
+def lower_chain(ops: tuple[Op, ...], *, name: str = "value") -> SlotKernel:
+    """Lower a chain of ops (a chain expression's, decoder first) into one kernel.
+
+    Example:
+        >>> from dataio import decoders, transforms  # doctest: +SKIP
+        >>> lower_chain((decoders.image(), transforms.center_crop(8))).row_shape  # doctest: +SKIP
+        (8, 8, 3)
+    """
+    return _lower_slot(Slot(name).then(*ops))
 
 
 def lower(plan: Pipeline) -> tuple[SlotKernel, ...]:

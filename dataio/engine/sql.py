@@ -1,48 +1,24 @@
 """DataFusion glue: the kernels registered as SQL functions.
 
-Inputs are declared as ``binary_view`` / ``string_view``: DataFusion coerces ``binary``,
-``large_binary`` and ``binary_view`` columns (and ``string`` literals) to those, so the
-same function works on any binary column, from Parquet or from memory. The wrappers
-cast back to plain ``binary`` / ``string`` before the kernel runs.
+``decode_image`` and the slot chains given to ``dataio.sql(..., functions=...)`` are
+batched scalar functions from :mod:`dataio.engine.udf` (one fused kernel call per
+record batch, rows on dataio's CPU pool). Inputs are declared as ``binary_view`` /
+``string_view``: DataFusion coerces ``binary``, ``large_binary`` and ``binary_view``
+columns (and ``string`` literals) to those, so the same function works on any binary
+column, from Parquet or from memory; the kernels read the views' buffers in place.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from dataio.udfs import image
-
-__all__ = ["register_kernels", "sql_context"]
-
-
-def _image_struct() -> Any:
-    import pyarrow as pa
-
-    return pa.struct(
-        [
-            ("height", pa.int32()),
-            ("width", pa.int32()),
-            ("channels", pa.int32()),
-            ("pixels", pa.binary()),
-        ]
-    )
-
-
-def _plain(values: Any, target: Any) -> Any:
-    """A view (or large) array as the plain Arrow type the kernels read."""
-    return values if values.type == target else values.cast(target)
-
-
-def _decode_image(values: Any, modes: Any) -> Any:
-    import pyarrow as pa
-
-    return image.decode_image_array(_plain(values, pa.binary()), _plain(modes, pa.string()))
+__all__ = ["register_chains", "register_kernels", "sql_context", "unregister_chains"]
 
 
 def _image_size(values: Any) -> Any:
-    import pyarrow as pa
+    from dataio.engine.udf import image_sizes
 
-    return image.image_size_array(_plain(values, pa.binary()))
+    return image_sizes(values)
 
 
 def register_kernels(ctx: Any) -> Any:
@@ -54,15 +30,9 @@ def register_kernels(ctx: Any) -> Any:
     import pyarrow as pa
     from datafusion import udf
 
-    ctx.register_udf(
-        udf(
-            _decode_image,
-            [pa.binary_view(), pa.string_view()],
-            _image_struct(),
-            "immutable",
-            "decode_image",
-        )
-    )
+    from dataio.engine.udf import decode_image_udf
+
+    ctx.register_udf(decode_image_udf())
     ctx.register_udf(
         udf(
             _image_size,
@@ -80,3 +50,21 @@ def sql_context() -> Any:
     from datafusion import SessionContext
 
     return register_kernels(SessionContext())
+
+
+def register_chains(ctx: Any, functions: tuple[tuple[str, Any], ...]) -> None:
+    """Register each ``(name, ops)`` slot chain as the SQL function ``name(bytes)``.
+
+    The function returns ``fixed_shape_tensor`` values when the chain's shape is static
+    (see :mod:`dataio.engine.udf`).
+    """
+    from dataio.engine.udf import chain_udf
+
+    for name, ops in functions:
+        ctx.register_udf(chain_udf(ops, name))
+
+
+def unregister_chains(ctx: Any, functions: tuple[tuple[str, Any], ...]) -> None:
+    """Drop the functions :func:`register_chains` added (plans keep their own copies)."""
+    for name, _ in functions:
+        ctx.deregister_udf(name)

@@ -94,7 +94,8 @@ def gds_info() -> dict[str, Any]:
     """
     info: dict[str, Any] = {"available": False, "cufile": None, "cuda_devices": 0, "why": ""}
     try:
-        from dataio._capabilities import _cuda, _library
+        from dataio._native import cuda as _cuda
+        from dataio._native import library as _library
 
         cuda = _cuda()
         info["cuda_devices"] = int(cuda.get("devices", 0))

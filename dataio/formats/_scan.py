@@ -1,15 +1,32 @@
-"""Lazy file scans: a value that resolves its paths and reads each file only when iterated."""
+"""Scans of tensor files (``scan_numpy``, ``scan_npz``, ``scan_hdf5``) as lazy frames.
+
+Each is a :class:`~dataio.frame.LazyFrame` over a :class:`~dataio.frame_plan.FileRecords`
+node: nothing is listed or opened when it is built; every run and every pass resolves
+the paths again (:mod:`dataio.io.resolve`) and reads file after file. Iterated as a
+record source, a bare scan yields the reader's records (NumPy arrays, memory-mapped
+where asked) and a damaged file is one failed record (:mod:`dataio.engine.records`
+runs these nodes). Run as a frame (``collect``,
+filters, SQL), each array becomes a :data:`TENSOR` value: Arrow has no column type whose
+rows may differ in dtype and shape, so the value carries both next to its bytes.
+"""
 
 from __future__ import annotations
 
-import glob as globlib
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
-from dataio.exceptions import DataioError, NotFoundError, PlanError
+from dataio.exceptions import PlanError
+from dataio.frame_plan import FileRecords
+from dataio.io.resolve import spec_items
 
-__all__ = ["FailedRecord", "FileScan", "record_key"]
+if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
+
+    from dataio.frame import LazyFrame
+
+__all__ = ["file_records", "record_key", "tensor_type", "tensor_values"]
 
 Source = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
@@ -19,85 +36,54 @@ def record_key(path: str) -> str:
     return os.path.splitext(os.path.basename(path))[0]
 
 
-class FailedRecord(Mapping[str, Any]):
-    """The record of a file that could not be read: its data fields raise the error.
+def tensor_type() -> pa.DataType:
+    """The Arrow type of one array of any dtype and shape: ``struct<dtype: string (NumPy's
+    ``dtype.str``), shape: list<int64>, data: large_binary (C order)>``.
 
-    ``key`` and ``path`` read as usual; reading a data field (``"array"``, ...) raises
-    the file's error (a :class:`~dataio.exceptions.FormatError` naming it). In a
-    pipeline that makes the file one row error: dropped under ``on_failure="skip"``,
-    raised under ``"strict"``, while the files after it are still read.
+    ``np.frombuffer(v["data"], v["dtype"]).reshape(v["shape"])`` gives the array back.
     """
+    import pyarrow as pa
 
-    def __init__(self, path: str, key: str, fields: tuple[str, ...], error: DataioError):
-        self._plain = {"key": key, "path": path}
-        self._fields = fields
-        self.error = error
-
-    def __getitem__(self, name: str) -> Any:
-        if name in self._fields:
-            raise self.error
-        return self._plain[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter((*self._plain, *self._fields))
-
-    def __len__(self) -> int:
-        return len(self._plain) + len(self._fields)
-
-    def __repr__(self) -> str:
-        return f"FailedRecord(path={self._plain['path']!r}, error={self.error!r})"
+    return pa.struct(
+        [
+            pa.field("dtype", pa.string()),
+            pa.field("shape", pa.list_(pa.int64())),
+            pa.field("data", pa.large_binary()),
+        ]
+    )
 
 
-class FileScan:
-    """Records read lazily from files: nothing is listed or opened until iteration.
+def tensor_values(array: np.ndarray, what: str) -> dict[str, Any]:
+    """One array as a :func:`tensor_type` value (its bytes copied, C order)."""
+    import numpy as np
 
-    Each pass re-resolves the source (a glob, ``**`` recursing, or a list of paths) and
-    yields one or more records per file, in sorted path order for globs and in the
-    given order for lists. Usable anywhere dataio takes records, e.g. ``pipe.bind(scan)``.
-    With ``fields``, a file that fails to read yields a :class:`FailedRecord` (those
-    fields raise its error) and the scan goes on; without, the error ends the pass.
-    """
+    array = np.asarray(array)
+    if array.dtype.hasobject:
+        raise PlanError(
+            f"{what} holds Python objects ({array.dtype}), which Arrow cannot hold; "
+            "iterate the scan's records instead of running it as a frame"
+        )
+    dtype = array.dtype.str if array.dtype.names is None else str(array.dtype.descr)
+    data = np.ascontiguousarray(array).tobytes()
+    return {"dtype": dtype, "shape": list(array.shape), "data": data}
 
-    def __init__(
-        self,
-        source: Source,
-        read: Callable[[str], Iterator[dict[str, Any]]],
-        what: str,
-        fields: tuple[str, ...] = (),
-    ):
-        if isinstance(source, str | os.PathLike):
-            self._items: tuple[str, ...] = (os.fspath(source),)
-        elif isinstance(source, Sequence) and all(isinstance(p, str | os.PathLike) for p in source):
-            self._items = tuple(os.fspath(p) for p in source)
-        else:
-            raise PlanError(f"{what} takes a path, a glob or a list of paths, got {source!r}")
-        self._read = read
-        self._what = what
-        self._fields = fields
 
-    def paths(self) -> list[str]:
-        """Resolve the source to file paths (lists directories, opens no file)."""
-        out: list[str] = []
-        for item in self._items:
-            if any(c in item for c in "*?["):
-                found = sorted(p for p in globlib.glob(item, recursive=True) if os.path.isfile(p))
-                if not found:
-                    raise NotFoundError(f"{self._what}: the pattern {item!r} matched no files")
-                out.extend(found)
-            else:
-                out.append(item)
-        return out
+def file_records(
+    name: str,
+    source: Source,
+    *,
+    extensions: tuple[str, ...],
+    options: dict[str, Any],
+    read: Callable[[str], Iterator[dict[str, Any]]],
+    to_arrow: Callable[[list[dict[str, Any]]], pa.RecordBatch],
+    fields: tuple[str, ...],
+    schema: pa.Schema,
+) -> LazyFrame:
+    """A lazy frame of the records ``read`` makes from each file ``source`` names."""
+    from dataio.frame import LazyFrame
 
-    def __iter__(self) -> Iterator[Mapping[str, Any]]:
-        for path in self.paths():
-            try:
-                yield from self._read(path)
-            except DataioError as exc:
-                if not self._fields:
-                    raise
-                # One damaged file is one bad record, not the end of the pass.
-                yield FailedRecord(path, record_key(path), self._fields, exc)
-
-    def __repr__(self) -> str:
-        shown = self._items[0] if len(self._items) == 1 else list(self._items)
-        return f"{self._what}({shown!r})"
+    items = spec_items(source, name)
+    node = FileRecords(
+        name, items, extensions, tuple(options.items()), read, to_arrow, fields, schema
+    )
+    return LazyFrame(node, schema)

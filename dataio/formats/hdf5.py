@@ -13,7 +13,7 @@ import numbers
 import os
 from collections.abc import Iterable, Iterator
 from types import EllipsisType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,7 +27,10 @@ from dataio.exceptions import (
     PermissionDeniedError,
     PlanError,
 )
-from dataio.formats._scan import FileScan, Source
+from dataio.formats._scan import Source, file_records, tensor_type, tensor_values
+
+if TYPE_CHECKING:
+    from dataio.frame import LazyFrame
 
 __all__ = ["Hdf5File", "open_hdf5", "read_hdf5", "scan_hdf5"]
 
@@ -398,18 +401,22 @@ def scan_hdf5(
     keys: Iterable[str] | None = None,
     copy: bool = True,
     allow_external: bool = False,
-) -> FileScan:
-    """Lazily read HDF5 datasets: records ``{"key", "path", "array"}``, one per dataset.
+) -> LazyFrame:
+    """A lazy frame of HDF5 datasets: records ``{"key", "path", "array"}``, one per dataset.
 
     ``allow_external=True`` lets datasets read other files (see :func:`open_hdf5`).
 
-    ``keys`` picks datasets (default: every dataset of each file, sorted). Nothing is
-    opened until the scan is iterated.
+    ``keys`` picks datasets (default: every dataset of each file, sorted). ``source`` is
+    a path, a glob, a directory (its ``.h5``/``.hdf5`` files) or a list of them. Nothing
+    is opened until the frame runs or is iterated; iterated, ``"array"`` is a NumPy
+    array, and run as a frame a :func:`~dataio.formats._scan.tensor_type` struct.
 
     Example:
         >>> for record in dataio.scan_hdf5("/data/*.h5", keys=["images"]):  # doctest: +SKIP
         ...     print(record["path"], record["array"].shape)
     """
+    import pyarrow as pa
+
     wanted = None if keys is None else list(keys)
 
     def read(path: str) -> Iterator[dict[str, Any]]:
@@ -417,4 +424,23 @@ def scan_hdf5(
             for key in f.keys() if wanted is None else wanted:
                 yield {"key": key, "path": path, "array": f.read(key, copy=copy)}
 
-    return FileScan(source, read, "scan_hdf5")
+    schema = pa.schema([("key", pa.string()), ("path", pa.string()), ("array", tensor_type())])
+
+    def to_arrow(records: list[dict[str, Any]]) -> pa.RecordBatch:
+        rows = [
+            {**r, "array": tensor_values(r["array"], f"scan_hdf5 {r['path']!r} {r['key']!r}")}
+            for r in records
+        ]
+        return pa.RecordBatch.from_pylist(rows, schema=schema)
+
+    options = {"keys": wanted, "copy": copy, "allow_external": allow_external}
+    return file_records(
+        "scan_hdf5",
+        source,
+        extensions=(".h5", ".hdf5", ".he5", ".hdf"),
+        options=options,
+        read=read,
+        to_arrow=to_arrow,
+        fields=(),
+        schema=schema,
+    )

@@ -17,15 +17,20 @@ import mmap as mmaplib
 import os
 import zipfile
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dataio.exceptions import DataioError, FieldError, FormatError, PlanError
-from dataio.formats._scan import FileScan, Source, record_key
+from dataio.formats._scan import Source, file_records, record_key, tensor_type, tensor_values
 from dataio.io.local import open_file
 from dataio.io.zipmember import LOCAL_HEADER, ZIP_ERRORS, read_member
 from dataio.udfs.tensor import decode_npy
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from dataio.frame import LazyFrame
 
 __all__ = ["decode_npz", "read_npz", "read_numpy", "scan_npz", "scan_numpy"]
 
@@ -219,37 +224,96 @@ def read_npz(
     return arrays if mmap else {name: _owned(a) for name, a in arrays.items()}
 
 
-def scan_numpy(source: Source, *, mmap: bool = True) -> FileScan:
-    """Lazily read ``.npy`` files: records ``{"key", "path", "array"}``, one per file.
+def _key_path_schema(data: str, dtype: pa.DataType) -> pa.Schema:
+    import pyarrow as pa
 
-    Nothing is listed or read until the scan is iterated; each pass reads again. A
-    damaged file does not end the scan: its record's ``"array"`` raises the file's
-    :class:`~dataio.exceptions.FormatError` when read (in a pipeline: one row error).
+    return pa.schema([("key", pa.string()), ("path", pa.string()), (data, dtype)])
+
+
+def scan_numpy(source: Source, *, mmap: bool = True) -> LazyFrame:
+    """A lazy frame of ``.npy`` files: records ``{"key", "path", "array"}``, one per file.
+
+    ``source`` is a path, a glob, a directory (its ``.npy`` files) or a list of them.
+    Nothing is listed or read until the frame runs or is iterated; each pass reads
+    again. Iterated (``pipe.bind(scan)``, ``for record in scan``), ``"array"`` is a NumPy
+    array and a damaged file does not end the scan: its record's ``"array"`` raises the
+    file's :class:`~dataio.exceptions.FormatError` when read (in a pipeline: one row
+    error). Run as a frame (``collect()``, filters, SQL), ``array`` is a
+    :func:`~dataio.formats._scan.tensor_type` struct (dtype, shape, bytes).
 
     Example:
         >>> for record in dataio.scan_numpy("/data/*.npy"):  # doctest: +SKIP
         ...     print(record["key"], record["array"].shape)
     """
+    import pyarrow as pa
 
     def read(path: str) -> Iterator[dict[str, Any]]:
         yield {"key": record_key(path), "path": path, "array": read_numpy(path, mmap=mmap)}
 
-    return FileScan(source, read, "scan_numpy", fields=("array",))
+    schema = _key_path_schema("array", tensor_type())
+
+    def to_arrow(records: list[dict[str, Any]]) -> pa.RecordBatch:
+        rows = [
+            {**r, "array": tensor_values(r["array"], f"scan_numpy {r['path']!r}")} for r in records
+        ]
+        return pa.RecordBatch.from_pylist(rows, schema=schema)
+
+    return file_records(
+        "scan_numpy",
+        source,
+        extensions=(".npy",),
+        options={"mmap": mmap},
+        read=read,
+        to_arrow=to_arrow,
+        fields=("array",),
+        schema=schema,
+    )
 
 
-def scan_npz(source: Source, *, keys: Iterable[str] | None = None, mmap: bool = True) -> FileScan:
-    """Lazily read ``.npz`` files: records ``{"key", "path", "arrays"}``, one per file.
+def scan_npz(source: Source, *, keys: Iterable[str] | None = None, mmap: bool = True) -> LazyFrame:
+    """A lazy frame of ``.npz`` files: records ``{"key", "path", "arrays"}``, one per file.
 
     As for :func:`scan_numpy`, a damaged file's ``"arrays"`` raises its error when read.
+    Iterated, ``"arrays"`` maps member names to NumPy arrays; run as a frame, ``arrays``
+    is a list of ``{name, dtype, shape, data}`` structs in the file's member order.
 
     Example:
         >>> for record in dataio.scan_npz("/data/*.npz", keys=["x", "y"]):  # doctest: +SKIP
         ...     x, y = record["arrays"]["x"], record["arrays"]["y"]
     """
+    import pyarrow as pa
+
+    if isinstance(keys, str):
+        raise PlanError(f"keys= takes a list of names, got the string {keys!r}")
     wanted = None if keys is None else list(keys)
 
     def read(path: str) -> Iterator[dict[str, Any]]:
         arrays = read_npz(path, keys=wanted, mmap=mmap)
         yield {"key": record_key(path), "path": path, "arrays": arrays}
 
-    return FileScan(source, read, "scan_npz", fields=("arrays",))
+    member = pa.struct([pa.field("name", pa.string()), *tensor_type()])
+    schema = _key_path_schema("arrays", pa.list_(member))
+
+    def to_arrow(records: list[dict[str, Any]]) -> pa.RecordBatch:
+        rows = [
+            {
+                **r,
+                "arrays": [
+                    {"name": name, **tensor_values(a, f"scan_npz {r['path']!r} member {name!r}")}
+                    for name, a in r["arrays"].items()
+                ],
+            }
+            for r in records
+        ]
+        return pa.RecordBatch.from_pylist(rows, schema=schema)
+
+    return file_records(
+        "scan_npz",
+        source,
+        extensions=(".npz",),
+        options={"keys": wanted, "mmap": mmap},
+        read=read,
+        to_arrow=to_arrow,
+        fields=("arrays",),
+        schema=schema,
+    )

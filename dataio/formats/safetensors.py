@@ -18,7 +18,6 @@ import json
 import mmap
 import os
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -35,6 +34,7 @@ from dataio.formats._devices import cuda_target, gds_available, gds_info, to_dev
 from dataio.formats._safetensors_write import INDEX_NAME, parse_size, write_safetensors
 from dataio.io import read_bytes
 from dataio.io.local import open_file
+from dataio.io.resolve import glob_in
 from dataio.ops import choice
 from dataio.udfs.tensor import (
     SafetensorsHeader,
@@ -225,7 +225,7 @@ class SafetensorsFile(Closing):
                 name: os.path.join(self.path, file)
                 for name, file in self.index["weight_map"].items()
             }
-        found = sorted(str(p) for p in Path(self.path).glob("*.safetensors") if p.is_file())
+        found = glob_in(self.path, "*.safetensors")
         if not found:
             raise NotFoundError(
                 f"{self.path!r} holds no {INDEX_NAME} and no *.safetensors files; "

@@ -39,7 +39,7 @@ def _check_options(chunk_size: int, max_inflight: int, timeout: float) -> None:
 
 
 def _require_cuda(shim_version: int) -> None:
-    from dataio._capabilities import _cuda
+    from dataio._native import cuda as _cuda
 
     cuda = _cuda()
     if not cuda["found"]:

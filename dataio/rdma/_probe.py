@@ -183,7 +183,7 @@ def _reasons(shim: Shim, everything: list[Candidate], matched: list[Candidate], 
 
 
 def _cuda_status() -> dict[str, Any]:
-    from dataio._capabilities import _cuda
+    from dataio._native import cuda as _cuda
 
     return _cuda()
 

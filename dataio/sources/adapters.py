@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from dataio.exceptions import DataioError, FieldError, PlanError
+from dataio.sources.arrow import arrow_source
 from dataio.sources.base import IndexedSource, Source, single_pass_error
 
 __all__ = [
@@ -154,6 +155,11 @@ def records(x: Any, *, indexed: bool = False) -> Source:
       ``__iter__``, or the legacy ``__getitem__`` protocol); ``__iter__ = None`` turns
       iteration off, and a zero-argument callable is then used as a factory.
     * Iterators and generators are single-pass.
+    * Arrow data is read as record batches: ``pa.Table`` and ``pa.RecordBatch`` (and a
+      polars ``DataFrame``) by position; a polars ``LazyFrame``, a duckdb relation, a
+      ``pyarrow.dataset.Dataset`` or any object with ``__arrow_c_stream__`` is exported
+      again for every pass; a ``pa.RecordBatchReader`` is single-pass. A dataio
+      ``LazyFrame`` is already a source.
 
     Example:
         >>> len(dataio.records([{"x": 1}, {"x": 2}]))
@@ -161,6 +167,14 @@ def records(x: Any, *, indexed: bool = False) -> Source:
     """
     if isinstance(x, Source):
         return x
+    arrow = arrow_source(x)
+    if arrow is not None:
+        if indexed and not isinstance(arrow, IndexedSource):
+            raise PlanError(
+                f"indexed=True: {type(x).__name__} is an Arrow stream, read in order only; "
+                "bind a pyarrow.Table (e.g. pyarrow.table(x)) to read it by position"
+            )
+        return arrow
     if _is_path_or_buffer(x):
         raise PlanError(
             f"records() got a single path or buffer {x!r:.60}; pass a list of records, "

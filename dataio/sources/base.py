@@ -14,23 +14,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dataio.exceptions import DataioError, PlanError
+from dataio.naming import callable_name
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = ["IndexedSource", "Source", "callable_name", "source_signature"]
-
-
-def callable_name(fn: Any) -> str:
-    """Name a Python callable for signatures: module and qualified name, not code.
-
-    A :func:`dataio.custom_op` is named by its declared name and version.
-    """
-    if getattr(fn, "kind", None) == "custom" and hasattr(fn, "param"):
-        return f"custom_op:{fn.param('op')}@{fn.param('version')}"
-    module = getattr(fn, "__module__", None) or "?"
-    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
-    return f"{module}.{name}"
 
 
 class Source:

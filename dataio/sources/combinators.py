@@ -5,12 +5,15 @@ from __future__ import annotations
 import copy
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dataio.exceptions import DataioError
 from dataio.sources.base import IndexedSource, Source, callable_name, epoch_seed
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["BufferShuffled", "Concat", "Filtered", "FlatMapped", "Mapped", "PermutedSequential"]
 
@@ -142,6 +145,19 @@ class Concat(Source):
         for child in self.children:
             yield from child.iterate()
 
+    def arrow_schema(self) -> pa.Schema | None:
+        """The children's schema when every child is Arrow with an equal schema, else ``None``."""
+        schemas = [c.arrow_schema() for c in self.children]
+        first = schemas[0] if schemas else None
+        if first is None or any(s is None or not s.equals(first) for s in schemas):
+            return None
+        return first
+
+    def iterate_batches(self) -> Iterator[pa.RecordBatch]:
+        """Each child's record batches in turn, opening children lazily."""
+        for child in self.children:
+            yield from child.iterate_batches()
+
     def length(self) -> int | None:
         """The sum of the children's lengths when all are known."""
         lengths = [c.length() for c in self.children]
@@ -214,9 +230,30 @@ class PermutedSequential(_Derived):
     def iterate(self) -> Iterator[Any]:
         """Materialize one pass, then yield it in a seeded order."""
         rows = list(self.parent.iterate())
-        seed = epoch_seed(self.seed, self.epoch, self.reshuffle)
-        order = np.random.default_rng(seed).permutation(len(rows))
+        order = self._order(len(rows))
         return (rows[i] for i in order)
+
+    def _order(self, n: int) -> np.ndarray:
+        seed = epoch_seed(self.seed, self.epoch, self.reshuffle)
+        return np.random.default_rng(seed).permutation(n)
+
+    def arrow_schema(self) -> pa.Schema | None:
+        """The parent's schema: a shuffled Arrow stream stays Arrow."""
+        return self.parent.arrow_schema()
+
+    def iterate_batches(self) -> Iterator[pa.RecordBatch]:
+        """Read one pass into a table, then gather it in the order :meth:`iterate` uses."""
+        import pyarrow as pa
+
+        from dataio.sources.arrow import ArrowTableSource
+        from dataio.sources.permutation import BLOCK_ROWS
+
+        schema = self.parent.arrow_schema()
+        table = pa.Table.from_batches(list(self.parent.iterate_batches()), schema=schema)
+        rows = ArrowTableSource(table, mode="shuffled", what="a shuffled Arrow stream")
+        order = self._order(table.num_rows)
+        for start in range(0, order.size, BLOCK_ROWS):
+            yield rows.take_batch(order[start : start + BLOCK_ROWS])
 
     def length(self) -> int | None:
         """The parent's length."""

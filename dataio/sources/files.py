@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import glob as globlib
 import json
 import os
 from collections.abc import Sequence
@@ -17,6 +16,7 @@ from dataio.exceptions import (
     PlanError,
 )
 from dataio.io.local import check_regular
+from dataio.io.resolve import glob_files, has_magic
 from dataio.sources.base import IndexedSource
 
 __all__ = ["files", "manifest", "urls"]
@@ -69,7 +69,7 @@ def _glob_root(pattern: str) -> str:
         parts.append(tail)
     parts.reverse()
     fixed = 0
-    while fixed < len(parts) - 1 and not globlib.has_magic(parts[fixed]):
+    while fixed < len(parts) - 1 and not has_magic(parts[fixed]):
         fixed += 1
     return os.path.join(head, *parts[:fixed]) if fixed else (head or ".")
 
@@ -96,7 +96,7 @@ def files(pattern: str | os.PathLike[str]) -> ListSource:
     text = os.fspath(pattern)
 
     def load() -> list[dict[str, str]]:
-        paths = sorted(p for p in globlib.glob(text, recursive=True) if os.path.isfile(p))
+        paths = glob_files(text)
         if not paths:
             raise NotFoundError(f"no files match {text!r}; check the pattern and the directory")
         root = _glob_root(text)

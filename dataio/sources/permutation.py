@@ -17,6 +17,10 @@ from dataio.sources.base import IndexedSource, epoch_seed
 __all__ = ["FeistelPermutation", "PermutedIndexed", "mix"]
 
 _MASK64 = (1 << 64) - 1
+#: up to this many rows a permutation is tabulated once per epoch (int32: 16 MiB)
+TABULATE_ROWS = 1 << 22
+#: rows per record batch when a shuffled Arrow source is read as a stream
+BLOCK_ROWS = 8192
 
 
 def mix(value: int) -> int:
@@ -45,6 +49,7 @@ class FeistelPermutation:
         self.half = (bits + 1) // 2
         self.mask = (1 << self.half) - 1
         self.keys = [mix(mix(seed) ^ (r + 1)) for r in range(self.ROUNDS)]
+        self._order: np.ndarray | None = None
 
     def _encrypt(self, value: int) -> int:
         left, right = value >> self.half, value & self.mask
@@ -62,15 +67,35 @@ class FeistelPermutation:
 
     def many(self, indices: Sequence[int]) -> list[int]:
         """``[self[i] for i in indices]``, computed with NumPy over the whole list."""
-        values = np.asarray(indices, dtype=np.uint64)
-        if values.size and (int(values.max()) >= self.n):
-            raise IndexError(int(values.max()))
+        return self.array(indices).tolist()
+
+    def array(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
+        """:meth:`many` as an ``int64`` array.
+
+        Up to :data:`TABULATE_ROWS` rows the whole order is computed once (an ``int32``
+        array of at most 16 MiB), so each batch is one lookup; above, each call encrypts
+        its positions, in O(1) memory.
+        """
+        values = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if values.size and (int(values.min()) < 0 or int(values.max()) >= self.n):
+            raise IndexError(int(values.min()) if int(values.min()) < 0 else int(values.max()))
+        if self.n > TABULATE_ROWS:
+            return self._walk(values.astype(np.uint64)).astype(np.int64)
+        if self._order is None:
+            order = np.empty(self.n, dtype=np.int32)
+            for start in range(0, self.n, 1 << 18):  # blocks bound the temporaries
+                block = np.arange(start, min(start + (1 << 18), self.n), dtype=np.uint64)
+                order[start : start + block.size] = self._walk(block)
+            self._order = order
+        return self._order[values].astype(np.int64)
+
+    def _walk(self, values: np.ndarray) -> np.ndarray:
         out = self._encrypt_array(values)
         walking = out >= self.n
         while walking.any():  # cycle walking, only for the values still outside range(n)
             out[walking] = self._encrypt_array(out[walking])
             walking = out >= self.n
-        return [int(v) for v in out]
+        return out
 
     def _encrypt_array(self, values: np.ndarray) -> np.ndarray:
         half = np.uint64(self.half)
@@ -103,6 +128,8 @@ class PermutedIndexed(IndexedSource):
         """The same shuffle, permuted for ``epoch``."""
         copy = PermutedIndexed(self.parent.at_epoch(epoch), self.seed, self.reshuffle)  # type: ignore[arg-type]
         copy.epoch = epoch
+        if epoch == self.epoch or not self.reshuffle:
+            copy._perm = self._perm  # the same order: keep a tabulated permutation
         return copy
 
     def _permutation(self) -> FeistelPermutation:
@@ -129,7 +156,18 @@ class PermutedIndexed(IndexedSource):
 
     def take_batch(self, positions: Sequence[int]) -> Any:
         """Forward the remapped positions to the parent's batch read."""
-        return self.parent.take_batch(self._permutation().many(positions))
+        from dataio.sources.arrow import ArrowTableSource
+
+        order = self._permutation()
+        if isinstance(self.parent, ArrowTableSource):  # takes the array as it is
+            return self.parent.take_batch(order.array(positions))
+        return self.parent.take_batch(order.many(positions))
+
+    def iterate_batches(self) -> Iterator[Any]:
+        """The permuted rows as record batches, gathered block by block from the parent."""
+        n = self.length()
+        for start in range(0, n, BLOCK_ROWS):
+            yield self.take_batch(range(start, min(start + BLOCK_ROWS, n)))
 
     def describe(self) -> dict[str, Any]:
         """Shuffle settings and the parent."""

@@ -1,5 +1,5 @@
-"""The frame engine (``dataio/engine/frame.py``): view types out, safe exit with a stream
-open, order through Python filters."""
+"""The frame engine (``dataio/engine/``: compile, run, scan, plain): view types out, safe
+exit with a stream open, order through Python filters."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dataio.engine.frame import plain_schema
+from dataio.engine.plain import plain_schema
 from dataio.expr import col
 from dataio.frame import sql
 
@@ -36,7 +36,7 @@ def test_view_types_leave_as_plain_types_also_nested() -> None:
         pa.large_string(),
     ]
     table = pa.table({"s": pa.array(["a", "b"], pa.string_view()), "n": [1, 2]})
-    got = sql("SELECT s, n FROM t", t=table).collect_arrow()
+    got = sql("SELECT s, n FROM t", t=table).collect()
     assert got.schema.field("s").type == pa.string() and got.column("s").to_pylist() == ["a", "b"]
 
 
@@ -84,7 +84,7 @@ def test_order_survives_python_filters_between_pushed_down_steps(tmp_path: Path)
         for v in [*range(100, 150), *range(0, 50), *range(50, 100)]
         if v % 3 == 0 and v * 10 % 20 == 0
     ][3:15]
-    assert frame.collect() == expected
+    assert frame.collect().to_pylist() == expected
     assert list(frame) == expected
     assert "python filters (after DataFusion)" in frame.explain()
 
@@ -104,32 +104,32 @@ def _write_parts(root: Path, sizes: list[int]) -> list[pa.Table]:
 def test_a_whole_directory_runs_as_one_listing_in_file_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: str
 ) -> None:
-    from dataio.engine import frame as engine
+    from dataio.engine.scan import listing
     from dataio.frame import scan_parquet
 
     monkeypatch.setenv("DATAIO_CPU_WORKERS", workers)
     tables = _write_parts(tmp_path, [5, 40, 1, 33, 17, 2, 29, 11, 8])
     frame = scan_parquet(tmp_path).filter(col("id") % 3 != 0)
-    assert engine._listing(frame.plan.input) is not None  # type: ignore[attr-defined]
+    assert listing(frame.plan.input) is not None
     ids = pa.concat_tables(tables).column("id").to_pylist()
-    assert frame.collect_arrow().column("id").to_pylist() == [i for i in ids if i % 3 != 0]
+    assert frame.collect().column("id").to_pylist() == [i for i in ids if i % 3 != 0]
 
 
 def test_listing_applies_only_when_it_reads_exactly_the_scanned_files(tmp_path: Path) -> None:
-    from dataio.engine import frame as engine
+    from dataio.engine.scan import listing
     from dataio.frame import scan_parquet
 
     tables = _write_parts(tmp_path, [4, 6, 3])
     paths = sorted(str(p) for p in tmp_path.glob("*.parquet"))
-    assert engine._listing(scan_parquet(paths).plan) is not None
+    assert listing(scan_parquet(paths).plan) is not None
     # a list out of path order, a subset, and a directory holding another file of the
     # format all keep one plan per file, in the order asked
-    assert engine._listing(scan_parquet(paths[::-1]).plan) is None
-    assert engine._listing(scan_parquet(paths[:2]).plan) is None
+    assert listing(scan_parquet(paths[::-1]).plan) is None
+    assert listing(scan_parquet(paths[:2]).plan) is None
     (tmp_path / "nested").mkdir()
     pq.write_table(pa.table({"id": pa.array([999], pa.int64())}), tmp_path / "nested" / "x.parquet")
-    assert engine._listing(scan_parquet(paths).plan) is None
-    got = scan_parquet(paths[::-1]).collect_arrow().column("id").to_pylist()
+    assert listing(scan_parquet(paths).plan) is None
+    got = scan_parquet(paths[::-1]).collect().column("id").to_pylist()
     assert got == pa.concat_tables(tables[::-1]).column("id").to_pylist()
 
 
@@ -137,7 +137,7 @@ def test_the_reused_scan_session_sees_added_and_rewritten_files(tmp_path: Path) 
     from dataio.frame import scan_parquet
 
     def ids() -> list[int]:
-        return scan_parquet(tmp_path).collect_arrow().column("id").to_pylist()
+        return scan_parquet(tmp_path).collect().column("id").to_pylist()
 
     _write_parts(tmp_path, [3, 4])
     assert ids() == list(range(7))
@@ -148,9 +148,9 @@ def test_the_reused_scan_session_sees_added_and_rewritten_files(tmp_path: Path) 
 
 
 def _setting(ctx: object, name: str) -> str:
-    ctx.sql("SET datafusion.catalog.information_schema = true").collect()  # type: ignore[attr-defined]
+    ctx.sql("SET datafusion.catalog.information_schema = true").collect()
     query = f"SELECT value FROM information_schema.df_settings WHERE name = '{name}'"
-    return str(ctx.sql(query).to_pylist()[0]["value"])  # type: ignore[attr-defined]
+    return str(ctx.sql(query).to_pylist()[0]["value"])
 
 
 @pytest.mark.parametrize("workers", ["1", "3"])
@@ -162,7 +162,7 @@ def test_local_plans_fetch_one_footer_per_worker_remote_plans_many(
     # of one scan per collect. Object stores keep the default, which hides latency.
     from datafusion import SessionContext
 
-    from dataio.engine.frame import session
+    from dataio.engine.session import session
 
     monkeypatch.setenv("DATAIO_CPU_WORKERS", workers)
     name = "datafusion.execution.meta_fetch_concurrency"
@@ -175,7 +175,7 @@ def test_local_plans_fetch_one_footer_per_worker_remote_plans_many(
 def test_parallel_collects_cast_views_inside_the_plan(tmp_path: Path) -> None:
     from datafusion import SessionContext
 
-    from dataio.engine.frame import _plain_frame
+    from dataio.engine.run import plain_frame
     from dataio.frame import scan_parquet
 
     table = pa.table(
@@ -185,7 +185,7 @@ def test_parallel_collects_cast_views_inside_the_plan(tmp_path: Path) -> None:
             "n": list(range(12)),
         }
     )
-    df = _plain_frame(SessionContext().from_arrow(table))
+    df = plain_frame(SessionContext().from_arrow(table))
     assert df.schema().types == [pa.string(), pa.binary(), pa.int64()]
     assert df.to_arrow_table().equals(table.cast(plain_schema(table.schema)))
     plain = table.cast(plain_schema(table.schema))
@@ -193,7 +193,7 @@ def test_parallel_collects_cast_views_inside_the_plan(tmp_path: Path) -> None:
         pq.write_table(plain.slice(part * 4, 4), tmp_path / f"part-{part}.parquet")
     paths = sorted(str(p) for p in tmp_path.glob("*.parquet"))
     for files in (paths, paths[::-1]):  # one listing, and a UNION of per-file plans
-        got = scan_parquet(files).filter(col("n") % 2 == 0).collect_arrow()
+        got = scan_parquet(files).filter(col("n") % 2 == 0).collect()
         rows = [r for p in files for r in pq.read_table(p).to_pylist() if r["n"] % 2 == 0]
         assert got.schema.types == [pa.string(), pa.binary(), pa.int64()]
         assert got.to_pylist() == rows
@@ -209,7 +209,7 @@ def test_a_rewritten_file_gives_its_new_schema(tmp_path: Path) -> None:
     pq.write_table(pa.table({"b": ["x"], "c": [1.5]}), path)
     frame = scan_parquet(str(path))
     assert frame.schema.names == ["b", "c"]
-    assert frame.collect_arrow().to_pylist() == [{"b": "x", "c": 1.5}]
+    assert frame.collect().to_pylist() == [{"b": "x", "c": 1.5}]
     path.write_bytes(b"not parquet")
     with pytest.raises(Exception, match="not a valid parquet file"):
         scan_parquet(str(path))

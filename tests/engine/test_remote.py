@@ -94,11 +94,11 @@ def expected() -> pa.Table:
 
 def test_a_prefix_a_glob_and_a_list_of_s3_objects_read_like_pyarrow(s3: str) -> None:
     whole = expected()
-    assert scan_parquet(f"{s3}/data/").collect_arrow().equals(whole)
-    assert scan_parquet(f"{s3}/data/part-*.parquet").collect_arrow().equals(whole)
-    assert scan(f"{s3}/data").collect_arrow().equals(whole)  # format from the listing
+    assert scan_parquet(f"{s3}/data/").collect().equals(whole)
+    assert scan_parquet(f"{s3}/data/part-*.parquet").collect().equals(whole)
+    assert scan(f"{s3}/data").collect().equals(whole)  # format from the listing
     reordered = [f"{s3}/data/part-2.parquet", f"{s3}/data/part-0.parquet"]
-    got = scan_parquet(reordered).collect_arrow()
+    got = scan_parquet(reordered).collect()
     assert got.equals(pa.concat_tables([part(2), part(0)]))
 
 
@@ -106,8 +106,8 @@ def test_filters_and_projections_run_over_s3_objects(s3: str) -> None:
     frame = scan_parquet(f"{s3}/data/").filter(col("label") == 3).select("id", "name")
     whole = expected()
     mask = pc.equal(whole.column("label"), 3)
-    assert frame.collect_arrow().equals(whole.filter(mask).select(["id", "name"]))
-    assert frame.collect() == whole.filter(mask).select(["id", "name"]).to_pylist()
+    assert frame.collect().equals(whole.filter(mask).select(["id", "name"]))
+    assert frame.collect().to_pylist() == whole.filter(mask).select(["id", "name"]).to_pylist()
     # streamed one object after another, in order
     streamed = pa.Table.from_batches(list(frame.collect_arrow_reader()))
     assert streamed.equals(whole.filter(mask).select(["id", "name"]))
@@ -119,19 +119,19 @@ def test_remote_scan_errors_name_the_object(s3: str) -> None:
     with pytest.raises(dataio.NotFoundError, match="matched no objects"):
         scan_parquet(f"{s3}/data/*.nothing")
     with pytest.raises(dataio.FormatError, match=r"bad\.parquet"):
-        scan_parquet(f"{s3}/broken/bad.parquet").collect_arrow()
+        scan_parquet(f"{s3}/broken/bad.parquet").collect()
     with pytest.raises(dataio.DataioError, match="ftp://"):
         scan_parquet("ftp://host/x.parquet")
 
 
 def test_remote_feather_is_validated_before_use(s3: str) -> None:
-    good = scan(f"{s3}/feather/good.arrow", format="feather").collect_arrow()
+    good = scan(f"{s3}/feather/good.arrow", format="feather").collect()
     assert good.equals(part(0, rows=4))
     bad = offsets_past_data(feather_bytes(part(0, rows=4)))
     with pytest.raises(pa.ArrowInvalid):  # the oracle: pyarrow's full validation
         pa.ipc.open_file(pa.py_buffer(bad)).read_all().validate(full=True)
     with pytest.raises(dataio.FormatError, match=r"bad\.arrow"):
-        scan(f"{s3}/feather/bad.arrow", format="feather").collect_arrow()
+        scan(f"{s3}/feather/bad.arrow", format="feather").collect()
 
 
 def test_csv_over_http_reads_what_pyarrow_reads() -> None:
@@ -146,8 +146,8 @@ def test_csv_over_http_reads_what_pyarrow_reads() -> None:
         config.reset()
         frame = scan_parquet([f"{server.url}/t/p.parquet"] * 2).filter(col("label") == 1)
         twice = pa.concat_tables([part(5), part(5)])
-        assert frame.collect_arrow().equals(twice.filter(pa.compute.equal(twice["label"], 1)))
-        got = scan_csv(f"{server.url}/t/a.csv").filter(col("label") > 2).collect_arrow()
+        assert frame.collect().equals(twice.filter(pa.compute.equal(twice["label"], 1)))
+        got = scan_csv(f"{server.url}/t/a.csv").filter(col("label") > 2).collect()
         table = pacsv.read_csv(io.BytesIO(server.objects["/t/a.csv"]))
         assert got.equals(table.filter(pa.compute.greater(table.column("label"), 2)))
     finally:
@@ -166,5 +166,5 @@ def test_a_prefix_is_listed_once_per_scan(s3: str, monkeypatch: pytest.MonkeyPat
         return real(pattern)
 
     monkeypatch.setattr(verbs, "glob", counting)
-    assert scan(f"{s3}/data").collect_arrow().equals(expected())  # format from the listing
+    assert scan(f"{s3}/data").collect().equals(expected())  # format from the listing
     assert calls == [f"{s3}/data/**"]

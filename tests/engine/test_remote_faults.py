@@ -12,7 +12,7 @@ import pytest
 from helpers.object_servers import MotoServer
 
 import dataio
-from dataio.engine.frame import translate
+from dataio.engine.errors import translate
 from dataio.frame import scan_parquet
 from dataio.io import config
 
@@ -65,6 +65,6 @@ def test_storage_server_killed_before_the_scan_runs() -> None:
         server.stop()
     try:
         with pytest.raises(dataio.TransportError, match="killed"):
-            frame.collect_arrow()
+            frame.collect()
     finally:
         config.reset()

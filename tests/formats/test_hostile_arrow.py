@@ -166,12 +166,12 @@ def test_valid_files_still_read_as_pyarrow_does(tmp_path: Path, kind: str) -> No
     assert dataio.read(str(path), format="feather").to_pylist() == table.to_pylist()
     if kind == "v2":
         assert dataio.read_feather(path).equals(feather.read_table(path))
-        assert dataio.scan_feather(path).collect() == table.to_pylist()
+        assert dataio.scan_feather(path).collect().to_pylist() == table.to_pylist()
 
 
 _UNREADABLE = r"""
 import os, sys
-import dataio, dataio.engine.frame, dataio.formats._arrow, datafusion, pyarrow.parquet
+import dataio, dataio.engine.run, dataio.formats._arrow, datafusion, pyarrow.parquet
 if os.geteuid() == 0:
     os.setuid(65534)  # root reads any file whatever its mode: test as nobody
 for path in sys.argv[1:]:

@@ -272,7 +272,7 @@ def test_npz_errors(tmp_path: Path) -> None:
 
 def test_scan_numpy_is_lazy_and_reads_on_iteration(tmp_path: Path) -> None:
     scan = scan_numpy(str(tmp_path / "*.npy"))  # nothing exists yet: nothing is read
-    assert repr(scan).startswith("scan_numpy(")
+    assert "scan_numpy(" in repr(scan)
     with pytest.raises(NotFoundError, match="matched no files"):
         list(scan)
     for i in (2, 0, 1):
@@ -293,7 +293,7 @@ def test_scan_numpy_takes_a_list_of_paths(tmp_path: Path) -> None:
     records = list(scan_numpy(paths, mmap=False))
     assert [r["key"] for r in records] == ["b", "a"]
     assert records[1]["array"].flags.writeable
-    with pytest.raises(PlanError, match="a path, a glob or a list of paths"):
+    with pytest.raises(PlanError, match="a path, a glob, a directory or a list of them"):
         scan_numpy(3)  # type: ignore[arg-type]
 
 

@@ -146,14 +146,14 @@ def test_scan_tfrecord_makes_a_frame(tmp_path: Path) -> None:
     assert frame.schema.field("image").type == pa.binary()
     assert frame.schema.field("bbox").type == pa.list_(pa.float32())
     assert frame.schema.field("tags").type == pa.list_(pa.binary())
-    got = frame.filter(col("label") >= 0).select("label", "image", "tags").collect()
+    got = frame.filter(col("label") >= 0).select("label", "image", "tags").collect().to_pylist()
     expected = [
         {"label": r["label"][1][0], "image": r["image"][1][0], "tags": r["tags"][1]}
         for r in written
         if r["label"][1][0] >= 0
     ]
     assert got == expected
-    bbox = frame.select("bbox").collect_arrow().column("bbox").to_pylist()
+    bbox = frame.select("bbox").collect().column("bbox").to_pylist()
     assert bbox == [np.array(r["bbox"][1], np.float32).tolist() for r in written]
 
 
@@ -200,7 +200,7 @@ def test_a_scalar_feature_with_more_values_later_needs_a_schema(tmp_path: Path) 
     with pytest.raises(FormatError, match=r"'x' has 2 values.*pass schema="):
         scan_tfrecord(path).collect()
     schema = pa.schema([("x", pa.list_(pa.int64()))])
-    got = scan_tfrecord(path, schema=schema).collect()
+    got = scan_tfrecord(path, schema=schema).collect().to_pylist()
     assert got[-1] == {"x": [1, 2]} and got[0] == {"x": [0]}
 
 
@@ -236,11 +236,13 @@ def test_scans_mix_compressed_and_plain_files(tmp_path: Path) -> None:
     (tmp_path / "b.tfrecord").write_bytes(framed(records[6:9]))
     (tmp_path / "c.tfrecord").write_bytes(zlib.compress(framed(records[9:])))
     frame = scan_tfrecord(tmp_path)
-    assert frame.select("label").collect() == [{"label": r["label"][1][0]} for r in written]
+    assert frame.select("label").collect().to_pylist() == [
+        {"label": r["label"][1][0]} for r in written
+    ]
     assert "compression" not in repr(frame)
     explicit = scan_tfrecord(tmp_path / "a.tfrecord.gz", compression="GZIP")
     assert "compression='gzip'" in explicit.explain()
-    assert explicit.select("label").collect_arrow().num_rows == 6
+    assert explicit.select("label").collect().num_rows == 6
 
 
 def test_a_raw_file_that_starts_like_gzip_is_read_raw(tmp_path: Path) -> None:

@@ -1,0 +1,187 @@
+"""Compile frame plans (:mod:`dataio.frame_plan`) to DataFusion DataFrames.
+
+A plan compiles in one of four modes: ``schema`` (over empty tables with the scans'
+schemas, reading no file), ``collect`` and ``stream`` (to run), ``explain`` (to print).
+Where a running plan needs DataFusion above rows that passed a Python filter, the caller
+passes ``materialize``, which runs that part and returns its table; this module never
+runs a plan itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+from dataio.engine.errors import guard
+from dataio.engine.expressions import check_expr, compile_expr, named
+from dataio.engine.plain import empty_table
+from dataio.engine.records import records_table
+from dataio.engine.relational import join, sql_plan, unqualified
+from dataio.engine.scan import read_file
+from dataio.exceptions import QueryError
+from dataio.frame_plan import (
+    SOURCES,
+    Aggregate,
+    FileRecords,
+    Filter,
+    Join,
+    Limit,
+    Memory,
+    Node,
+    PyFilter,
+    Scan,
+    Select,
+    Sort,
+    Sql,
+    WithColumns,
+    source_schema,
+)
+
+__all__ = [
+    "Materialize",
+    "Mode",
+    "apply_step",
+    "compile_plan",
+    "compile_source",
+    "compile_steps",
+    "row_chain",
+    "units",
+]
+
+SourceNode = Scan | Memory | FileRecords
+Mode = Literal["schema", "collect", "stream", "explain"]
+Materialize = Callable[[Node], Any]
+"""Runs a plan and returns its ``pyarrow.Table`` (:func:`dataio.engine.run.collect_table`)."""
+
+_ROW_OPS = (Filter, PyFilter, Select, WithColumns)
+
+
+def row_chain(node: Node) -> tuple[SourceNode, list[Node]] | None:
+    """A scan (or table) followed by row-local steps only, as (source, steps)."""
+    steps: list[Node] = []
+    while isinstance(node, _ROW_OPS):
+        steps.append(node)
+        node = node.input
+    if isinstance(node, SOURCES):
+        return node, steps[::-1]
+    return None
+
+
+def units(source: SourceNode) -> list[str | None]:
+    """The files a source runs as, one plan each (``[None]``: an in-memory table)."""
+    return list(source.files) if isinstance(source, Scan) else [None]
+
+
+def compile_steps(df: Any, steps: list[Node], ctx: Any, mode: Mode) -> Any:
+    """``steps`` applied in order over an already compiled input."""
+    for step in steps:
+        df = apply_step(step, df, ctx, mode)
+    return df
+
+
+def apply_step(step: Node, df: Any, ctx: Any, mode: Mode) -> Any:
+    """One row-local or relational step over an already compiled input."""
+    where = step.label()
+    if isinstance(step, PyFilter):
+        return df  # schema/explain only: the Python part runs on batches
+    if isinstance(step, Filter):
+        if isinstance(step.predicate, str):
+            with guard(where):
+                return df.filter(df.parse_sql_expr(step.predicate))
+        if mode == "schema":
+            check_expr(step.predicate, df, ctx, where)
+        with guard(where):
+            return df.filter(compile_expr(step.predicate, ctx))
+    if isinstance(step, Select | WithColumns):
+        if mode == "schema":
+            for expr in step.exprs:
+                check_expr(expr, df, ctx, where)
+        with guard(where):
+            exprs = [named(e, ctx) for e in step.exprs]
+            return df.select(*exprs) if isinstance(step, Select) else df.with_columns(*exprs)
+    if isinstance(step, Sort):
+        if mode == "schema":
+            for key in step.keys:
+                check_expr(key, df, ctx, where)
+        with guard(where):
+            keys = [
+                compile_expr(k, ctx).sort(ascending=not d, nulls_first=step.nulls_first)
+                for k, d in zip(step.keys, step.descending, strict=True)
+            ]
+            return df.sort(*keys)
+    if isinstance(step, Limit):
+        with guard(where):
+            return df.limit(step.n if step.n is not None else 2**62, step.offset)
+    if isinstance(step, Aggregate):
+        if mode == "schema":
+            for expr in (*step.keys, *step.aggs):
+                check_expr(expr, df, ctx, where)
+        with guard(where):
+            return df.aggregate(
+                [named(k, ctx) for k in step.keys], [named(a, ctx) for a in step.aggs]
+            )
+    raise QueryError(f"cannot apply {where} here")  # pragma: no cover
+
+
+def compile_plan(
+    node: Node, ctx: Any, mode: Mode, *, materialize: Materialize | None = None
+) -> Any:
+    """A DataFusion DataFrame for ``node`` (materializing Python-filtered parts).
+
+    ``materialize`` is needed in the ``collect`` and ``stream`` modes only.
+    """
+
+    def table(part: Node) -> Any:
+        if materialize is None:  # pragma: no cover - a caller bug
+            raise QueryError(f"compiling {part.label()} to run needs materialize=")
+        return ctx.from_arrow(materialize(part))
+
+    chain = row_chain(node)
+    if chain is not None:
+        source, steps = chain
+        if mode in ("collect", "stream"):
+            python = [i for i, step in enumerate(steps) if isinstance(step, PyFilter)]
+            if python:
+                # Rows that passed a Python filter go back to DataFusion as one in-memory
+                # partition; the steps after it keep their order on it.
+                base = table(steps[python[-1]])
+                return compile_steps(base, steps[python[-1] + 1 :], ctx, mode)
+            if mode == "stream" and len(units(source)) > 1:
+                return table(node)  # several files, kept in order
+        return compile_steps(compile_source(source, ctx, mode), steps, ctx, mode)
+    if isinstance(node, PyFilter):
+        if mode in ("schema", "explain"):
+            return compile_plan(node.input, ctx, mode)
+        return table(node)
+    if isinstance(node, Limit) and mode in ("collect", "stream") and row_chain(node.input):
+        return table(node)  # "the first n rows" in file order
+    if isinstance(node, Join):
+        where = node.label()
+        left = unqualified(compile_plan(node.left, ctx, mode, materialize=materialize), where)
+        right = unqualified(compile_plan(node.right, ctx, mode, materialize=materialize), where)
+        return join(node, left, right)
+    if isinstance(node, Sql):
+        inputs = [
+            (name, compile_plan(child, ctx, mode, materialize=materialize))
+            for name, child in node.tables
+        ]
+        return sql_plan(node, inputs, ctx)
+    inner = node.children()
+    if len(inner) != 1:  # pragma: no cover
+        raise QueryError(f"cannot compile {node.label()}")
+    return apply_step(node, compile_plan(inner[0], ctx, mode, materialize=materialize), ctx, mode)
+
+
+def compile_source(source: SourceNode, ctx: Any, mode: Mode) -> Any:
+    """A scan (its files in order) or an in-memory table as a DataFusion frame."""
+    if mode == "schema":
+        return ctx.from_arrow(empty_table(source_schema(source)))
+    if isinstance(source, Memory):
+        return ctx.from_arrow(source.table)
+    if isinstance(source, FileRecords):
+        return ctx.from_arrow(records_table(source))
+    frames = [read_file(ctx, source, path) for path in source.files]
+    df = frames[0]
+    for other in frames[1:]:
+        df = df.union(other)
+    return df
