@@ -169,8 +169,12 @@ def plan_chunks(
             return _skip(_arrow_rebatch(mine, shape.size, shape.drop_last), skip)
         units = _shard_units(_arrow_groups(pieces, shape.key), shard)
         return _skip(_unit_chunks(units, arrow=True), skip)
-    if isinstance(shape, BatchStage) and shard.of == 1:
-        return _skip(_record_batches(source.iterate(), shape.size, shape.drop_last), skip)
+    if isinstance(shape, BatchStage):
+        records = source.iterate()
+        if shard.of == 1:
+            return _skip(_record_batches(records, shape.size, shape.drop_last), skip)
+        pairs = _rank_records(records, shard)
+        return _skip(_pair_batches(pairs, shape.size, shape.drop_last), skip)
     units = _units(source, shape)
     mine_units = _shard_units(units, shard)
     if isinstance(shape, BatchStage):
@@ -508,6 +512,42 @@ def _record_batches(records: Iterator[Any], size: int, drop_last: bool) -> Itera
         if not rows or (drop_last and len(rows) < size):
             return
         yield Chunk(start, range(start, start + len(rows)), rows)
+        start += len(rows)
+        if len(rows) < size:
+            return
+
+
+def _rank_records(records: Iterator[Any], shard: ShardSpec) -> Iterator[tuple[int, Any]]:
+    """This rank's ``(position, record)`` of a stream, a round of ``world`` at a time
+    (the rule of :func:`_shard_units` for single records)."""
+    rank, world = shard.id, shard.of
+    first: tuple[int, Any] | None = None
+    position = 0
+    while True:
+        block = list(islice(records, world))
+        if len(block) == world:
+            mine = (position + rank, block[rank])
+            first = first or mine
+            yield mine
+            position += world
+            continue
+        if block and shard.pad:  # the incomplete last round
+            if rank < len(block):
+                yield position + rank, block[rank]
+            elif first is not None:
+                yield first
+            else:  # fewer records than ranks: position is 0 and block holds them all
+                yield rank % len(block), block[rank % len(block)]
+        return
+
+
+def _pair_batches(pairs: Iterator[tuple[int, Any]], size: int, drop_last: bool) -> Iterator[Chunk]:
+    start = 0
+    while True:
+        rows = list(islice(pairs, size))
+        if not rows or (drop_last and len(rows) < size):
+            return
+        yield Chunk(start, [p for p, _ in rows], [r for _, r in rows])
         start += len(rows)
         if len(rows) < size:
             return

@@ -132,3 +132,20 @@ def test_a_source_error_comes_after_the_batches_before_it() -> None:
         for batch in loader:
             got.append(batch["v"].tolist())
     assert got == [[0, 1, 2], [3, 4, 5]]
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 7, 12, 13])
+@pytest.mark.parametrize(
+    ("world", "pad"), [(2, True), (3, True), (3, False), (5, True), (5, False)]
+)
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_sharded_streams_equal_sharded_lists(
+    n: int, world: int, pad: bool, drop_last: bool
+) -> None:
+    rows = [{"v": i} for i in range(n)]
+    pipe = dataio.pipeline(dataio.slot("v").passthrough(), dataio.batch(2, drop_last=drop_last))
+    for rank in range(world):
+        shard = {"id": rank, "of": world, "pad": pad}
+        got = [b.indices for b in pipe.bind(dataio.from_iterable(rows)).run(shard=shard)]
+        want = [b.indices for b in pipe.bind(rows).run(shard=shard)]  # by position
+        assert got == want
