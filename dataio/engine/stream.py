@@ -158,9 +158,12 @@ def plan_chunks(
             chosen = None
             if shard.of > 1:
                 chosen = indexed.shard_positions(shard.id, shard.of, pad=shard.pad)
-            # A pass from the start over round-robin positions reads every source batch
-            # anyway: the stream of record batches, sliced and strided, is cheapest.
-            if chosen is not None or not (arrow and skip == 0 and _streams(source)):
+            # An indexed source read from the start over round-robin positions reads
+            # every record batch anyway: its stream, sliced and strided, is cheapest. A
+            # frame's positional view reads its files directly (no query engine), which
+            # is cheaper than the frame's stream.
+            streams = arrow and skip == 0 and indexed is source and _streams(source)
+            if chosen is not None or not streams:
                 return _indexed_batches(indexed, shape, shard, skip, chosen)
     if arrow and not isinstance(shape, CollateStage):
         pieces = _arrow_pieces(source.iterate_batches())
