@@ -151,7 +151,6 @@ def plan_chunks(
     the positions :meth:`~dataio.sources.IndexedSource.shard_positions` chooses for
     this rank when the source chooses them.
     """
-    arrow = source.arrow_schema() is not None
     if isinstance(shape, BatchStage):
         indexed = source.by_position()
         if indexed is not None:
@@ -162,9 +161,10 @@ def plan_chunks(
             # every record batch anyway: its stream, sliced and strided, is cheapest. A
             # frame's positional view reads its files directly (no query engine), which
             # is cheaper than the frame's stream.
-            streams = arrow and skip == 0 and indexed is source and _streams(source)
-            if chosen is not None or not streams:
+            streams = skip == 0 and indexed is source and _streams(source)
+            if chosen is not None or not (streams and source.arrow_schema() is not None):
                 return _indexed_batches(indexed, shape, shard, skip, chosen)
+    arrow = source.arrow_schema() is not None
     if arrow and not isinstance(shape, CollateStage):
         pieces = _arrow_pieces(source.iterate_batches())
         if isinstance(shape, BatchStage):
@@ -212,7 +212,11 @@ def _indexed_batches(
     skip: int,
     chosen: Sequence[int] | None = None,
 ) -> Iterator[Chunk]:
-    """Chunks read by position: ``chosen`` (the source's shard) or round robin."""
+    """Chunks read by position: ``chosen`` (the source's shard) or round robin.
+
+    Arrow sources are read :data:`BLOCK_ROWS` rows at a time (whole chunks), each block
+    sliced into chunks: one read per block spreads a source's per-call cost.
+    """
     arrow = source.arrow_schema() is not None
     positions = _rank_positions(source, shard) if chosen is None else chosen
     size = shape.size
@@ -220,20 +224,43 @@ def _indexed_batches(
     if shape.drop_last:
         count -= count % size
     first = (skip // size) * size if skip < count else count
+    if arrow:
+        yield from _arrow_blocks(source, positions, first, count, size)
+        return
     for start in range(first, count, size):
-        wanted = positions[start : min(start + size, count)]
-        if not isinstance(wanted, range | list):  # a source's own sequence: plain ints
-            wanted = wanted.tolist() if isinstance(wanted, np.ndarray) else [int(p) for p in wanted]
-        if arrow:
-            # NumPy positions: Arrow sources index with arrays, and a range converts slowly
-            at: Any = wanted
-            if isinstance(wanted, range):
-                at = np.arange(wanted.start, wanted.stop, wanted.step)
-            yield Chunk(start, wanted, batch=source.take_batch(at))
-        else:
-            if not isinstance(source, SequenceSource):  # other sources get lists, as before
-                wanted = list(wanted)
-            yield Chunk(start, wanted, source.get_many(wanted))
+        wanted = _plain(positions[start : min(start + size, count)])
+        if not isinstance(source, SequenceSource):  # other sources get lists, as before
+            wanted = list(wanted)
+        yield Chunk(start, wanted, source.get_many(wanted))
+
+
+#: rows an Arrow source is asked for at once when read by position (whole chunks)
+BLOCK_ROWS = 1024
+
+
+def _arrow_blocks(
+    source: IndexedSource, positions: Sequence[int], first: int, count: int, size: int
+) -> Iterator[Chunk]:
+    step = size * max(1, BLOCK_ROWS // size)
+    for block in range(first, count, step):
+        wanted = _plain(positions[block : min(block + step, count)])
+        # NumPy positions: Arrow sources index with arrays, and a range converts slowly
+        at: Any = wanted
+        if isinstance(wanted, range):
+            at = np.arange(wanted.start, wanted.stop, wanted.step)
+        rows = source.take_batch(at)
+        for offset in range(0, len(wanted), size):
+            n = min(size, len(wanted) - offset)
+            batch = rows if n == len(wanted) else rows.slice(offset, n)
+            mine = wanted[offset : offset + n]
+            yield Chunk(block + offset, mine, batch=batch, parent=rows, offset=offset)
+
+
+def _plain(wanted: Sequence[int]) -> Sequence[int]:
+    """Positions as a range or a list of ints (a source's own sequence or NumPy array)."""
+    if isinstance(wanted, range | list):
+        return wanted
+    return wanted.tolist() if isinstance(wanted, np.ndarray) else [int(p) for p in wanted]
 
 
 # -- Arrow streams -----------------------------------------------------------------------
