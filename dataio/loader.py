@@ -144,7 +144,7 @@ class Loader:
             self._epoch += 1
             self._consumed = 0
             self._fresh = True
-        source = self.source.at_epoch(self._epoch)
+        source = _projected(self.source.at_epoch(self._epoch), self._kernels, self.plan)
         chunks = plan_chunks(source, self.plan.shape, self.shard, self._consumed)
         if self.select_chunks is not None:
             chunks = self.select_chunks(chunks)
@@ -416,6 +416,33 @@ def _as_arrow(item: Any) -> Any:
         f"a batch map returned {type(item).__name__}; Arrow export needs Batch or "
         "pyarrow.RecordBatch items"
     )
+
+
+def _projected(source: Source, kernels: Sequence[Any], plan: Pipeline) -> Source:
+    """A frame narrowed to the columns the plan reads: its slots' fields and the row key.
+
+    Only a frame (its scans read only what it selects), and only when no Python code
+    sees whole records (record maps, ``active_when``) and every required field is there
+    (otherwise the row errors list the record's fields). The pass reads the narrowed
+    frame; signatures and checkpoints stay those of the bound source.
+    """
+    from dataio.frame import LazyFrame
+
+    if not isinstance(source, LazyFrame) or plan.record_maps:
+        return source
+    if any(k.active is not None for k in kernels):
+        return source
+    schema = source.arrow_schema()
+    if schema is None:
+        return source
+    names = schema.names
+    fields = {k.field for k in kernels}
+    if any(k.field not in names and not k.optional for k in kernels):
+        return source
+    keep = [name for name in names if name in fields or name in ("key", "__key__")]
+    if len(keep) == len(names) or len(set(names)) != len(names):
+        return source
+    return source.select(*keep)
 
 
 def _prefetch_for_bytes(kernels: Sequence[Any], batch_size: int | None, limit: int) -> int:

@@ -420,3 +420,35 @@ def test_round_robin_shards_of_view_columns() -> None:
         assert got == want
         batch = next(iter(pipe.bind(StreamSource(table, chunk=4)).run(shard=shard)))
         assert batch["s"].type == pa.string_view() and batch["b"].type == pa.binary_view()
+
+
+def test_a_frame_pass_reads_only_the_plan_columns(tmp_path, monkeypatch) -> None:
+    import pyarrow.parquet as pq
+
+    from dataio.frame import LazyFrame
+
+    table = make_table(30)
+    path = tmp_path / "rows.parquet"
+    pq.write_table(table, path, row_group_size=8)
+    selected: list[tuple] = []
+    select = LazyFrame.select
+
+    def spy(self, *columns):
+        selected.append(columns)
+        return select(self, *columns)
+
+    monkeypatch.setattr(LazyFrame, "select", spy)
+    pipe = passthrough("label", size=8)
+    got = as_rows(pipe.bind(dataio.scan_parquet(str(path))).run())
+    assert got == as_rows(pipe.bind(table.to_pylist()).run())
+    assert selected == [("key", "label")]  # the slot's field and the row key
+    mapped = dataio.pipeline(dataio.map(dict), dataio.slot("label").passthrough(), dataio.batch(8))
+    selected.clear()
+    assert len(list(mapped.bind(dataio.scan_parquet(str(path))).run())) == 4
+    assert selected == []  # a record map sees whole records
+    missing = passthrough("label", "nope", size=8)
+    with pytest.raises(
+        dataio.FieldError, match=r"available fields: \['g', 'key', 'label', 'score'\]"
+    ):
+        list(missing.bind(dataio.scan_parquet(str(path))).run())
+    assert selected == []
