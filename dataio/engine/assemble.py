@@ -210,7 +210,7 @@ def assemble(
         # passthrough columns of Arrow rows: the common case, kept short
         columns = job.columns
         return Batch(
-            {k.name: arrow_column(columns[k.name]) for k in kernels},
+            columns if job.final else {k.name: arrow_column(columns[k.name]) for k in kernels},
             keys=job.keys,
             indices=job.positions,
             sizes=job.sizes,  # type: ignore[arg-type]

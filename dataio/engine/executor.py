@@ -83,6 +83,7 @@ class BatchJob:
         "end",
         "errors",
         "fatal",
+        "final",
         "inactive",
         "kernels",
         "keys",
@@ -127,6 +128,8 @@ class BatchJob:
         self.inactive: dict[str, set[int]] = {}
         #: slots holding one Python value per record (passthrough and object slots)
         self.row_values: frozenset[str] = frozenset()
+        #: ``columns`` are the batch's columns as they are (no output rule left to apply)
+        self.final = False
 
     def allocate(self, pool: BufferPool | None) -> None:
         """Make the output buffers (and per-row lists) of the slots run row by row."""
@@ -226,7 +229,7 @@ class Executor:
         self._schema: pa.Schema | None = None  # the schema self._layout was made for
         self._layout: ArrowLayout | None = None
         self._parent: pa.RecordBatch | None = None  # the source batch chunks are slices of
-        self._parent_cache: dict[int, Any] = {}
+        self._parent_cache: dict[int, tuple[Any, bool]] = {}
         self._queue: deque[tuple[BatchJob, range]] = deque()
         self._running: set[concurrent.futures.Future[None]] = set()
         self._lock = threading.Lock()
@@ -300,7 +303,7 @@ class Executor:
     def _arrow_rows(self, job: BatchJob, batch: pa.RecordBatch, chunk: Chunk) -> bool:
         """Take passthrough columns whole and prepare media readers; False when the
         chunk needs Python records instead (nothing changed then)."""
-        schema = batch.schema
+        schema = (batch if chunk.parent is None else chunk.parent).schema  # one object per parent
         if schema is not self._schema and not (
             self._schema is not None and schema.equals(self._schema)
         ):
@@ -316,10 +319,16 @@ class Executor:
             if chunk.parent is not self._parent:
                 self._parent, self._parent_cache = chunk.parent, {}
             at = chunk.offset
+            final = True
             for name, index in passthrough:
-                columns[name] = self._slice(index, at, n) if index >= 0 else _nulls(n)
+                if index < 0:
+                    columns[name] = _nulls(n)
+                    continue
+                columns[name], done = self._slice(index, at, n)
+                final = final and done
             if key >= 0:
-                job.keys = columns[key_slot] if key_slot else self._slice(key, at, n)
+                job.keys = columns[key_slot] if key_slot else self._slice(key, at, n)[0]
+            job.final = final
             return True
         for name, index in passthrough:
             columns[name] = batch.column(index) if index >= 0 else _nulls(n)
@@ -329,16 +338,19 @@ class Executor:
             job.keys = columns[key_slot] if key_slot else batch.column(key)
         return True
 
-    def _slice(self, index: int, offset: int, n: int) -> Any:
+    def _slice(self, index: int, offset: int, n: int) -> tuple[Any, bool]:
         """Rows ``offset:offset+n`` of column ``index`` of the current parent batch, taken
-        from it once (numeric columns as NumPy already, as :func:`arrow_column` gives)."""
-        whole = self._parent_cache.get(index)
-        if whole is None:
+        from it once (numeric columns as NumPy already, as :func:`arrow_column` gives),
+        and whether the slice is the batch's column as is (see :func:`arrow_column`)."""
+        cached = self._parent_cache.get(index)
+        if cached is None:
             assert self._parent is not None
-            whole = self._parent_cache[index] = arrow_column(self._parent.column(index))
+            whole = arrow_column(self._parent.column(index))
+            cached = self._parent_cache[index] = (whole, _stays_arrow(whole))
+        whole, final = cached
         if isinstance(whole, np.ndarray):
-            return whole[offset : offset + n]
-        return whole.slice(offset, n)
+            return whole[offset : offset + n], True
+        return whole.slice(offset, n), final
 
     def _arrow_layout(self, schema: pa.Schema) -> ArrowLayout | None:
         """Where each slot's column is in ``schema``; ``None`` when rows must be Python:
@@ -564,6 +576,19 @@ def _undocumented(exc: Exception) -> DecodeError:
     error = DecodeError(f"{type(exc).__name__}: {exc}")
     error.__cause__ = exc
     return error
+
+
+def _stays_arrow(column: Any) -> bool:
+    """Whether every slice of an Arrow column stays an Arrow array in the batch: a type
+    :func:`arrow_column` never turns into NumPy, whatever the nulls."""
+    import pyarrow as pa
+
+    if isinstance(column, np.ndarray):
+        return True
+    kind = column.type
+    return not (
+        pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
+    )
 
 
 def _absent(row: int) -> None:
