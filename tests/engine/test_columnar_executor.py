@@ -452,3 +452,15 @@ def test_a_frame_pass_reads_only_the_plan_columns(tmp_path, monkeypatch) -> None
     ):
         list(missing.bind(dataio.scan_parquet(str(path))).run())
     assert selected == []
+
+
+def test_nulls_decide_per_batch_for_slices_of_one_source_batch() -> None:
+    values = [None if i == 3 else i for i in range(24)]
+    table = pa.table({"v": pa.array(values, pa.int64()), "s": [str(i) for i in range(24)]})
+    batches = list(passthrough("v", "s", size=8).bind(StreamSource(table, chunk=24)).run())
+    assert isinstance(batches[0]["v"], pa.Array) and batches[0]["v"].to_pylist() == values[:8]
+    for batch, start in zip(batches[1:], (8, 16), strict=True):
+        assert (
+            isinstance(batch["v"], np.ndarray) and batch["v"].tolist() == values[start : start + 8]
+        )
+        assert batch["s"].to_pylist() == [str(i) for i in range(start, start + 8)]
