@@ -155,7 +155,7 @@ def _column(
     name = kernel.name
     whole = job.columns.get(name)
     if whole is not None:
-        if job.batch is not None:  # an Arrow column (numeric ones may be NumPy already)
+        if job.arrow:  # an Arrow column (numeric ones may be NumPy already)
             if rows is not None:
                 whole = whole[rows] if isinstance(whole, np.ndarray) else whole.take(rows)
             return arrow_column(whole)
@@ -206,7 +206,7 @@ def assemble(
     kernels = job.kernels
     by_row = job.errors
     row_values = job.row_values
-    if job.batch is not None and not job.readers and not by_row:
+    if job.arrow and not job.readers and not by_row:
         # passthrough columns of Arrow rows: the common case, kept short
         columns = job.columns
         return Batch(

@@ -76,6 +76,7 @@ class BatchJob:
     """
 
     __slots__ = (
+        "arrow",
         "batch",
         "buffers",
         "columns",
@@ -106,11 +107,14 @@ class BatchJob:
         *,
         batch: pa.RecordBatch | None = None,
         pool: BufferPool | None = None,
+        arrow: bool | None = None,
     ) -> None:
         n = len(positions)
         self.positions = positions
         self.records = records
         self.batch = batch
+        #: the rows are Arrow rows (``batch``, or columns taken from a parent batch)
+        self.arrow = batch is not None if arrow is None else arrow
         self.kernels = kernels
         self.end = end
         self.size = n
@@ -134,7 +138,7 @@ class BatchJob:
     def allocate(self, pool: BufferPool | None) -> None:
         """Make the output buffers (and per-row lists) of the slots run row by row."""
         n = self.size
-        whole = self.batch is not None  # Arrow rows: passthrough columns are taken whole
+        whole = self.arrow  # Arrow rows: passthrough columns are taken whole
         for kernel in self.kernels:
             if kernel.passthrough:
                 if not whole:
@@ -272,7 +276,7 @@ class Executor:
             self._exhausted = True
             return None
         job = self._job(chunk)
-        if job.batch is None:
+        if not job.arrow:
             self._run_rows(job, range(job.size))
         else:  # passthrough columns of Arrow rows: taken whole already
             job.remaining, job.done = 0, True
@@ -291,45 +295,36 @@ class Executor:
         return next((job for job in self._jobs if job.done), None)
 
     def _job(self, chunk: Chunk) -> BatchJob:
+        if chunk.parent is not None and self._whole_jobs:
+            job = self._columns_job(chunk, chunk.parent)
+            if job is not None:
+                return job
         job = BatchJob(chunk.positions, chunk.records, self._kernels, chunk.end, batch=chunk.batch)
         job.row_values = self._row_values
-        if job.batch is not None and not self._arrow_rows(job, job.batch, chunk):
+        if job.batch is not None and not self._arrow_rows(job, job.batch):
             # the object side column: this chunk's rows as Python records
-            job.records, job.batch = job.batch.to_pylist(), None
-        if not self._whole_jobs or job.batch is None:
+            job.records, job.batch, job.arrow = job.batch.to_pylist(), None, False
+        if not self._whole_jobs or not job.arrow:
             job.allocate(self._pool)
         return job
 
-    def _arrow_rows(self, job: BatchJob, batch: pa.RecordBatch, chunk: Chunk) -> bool:
-        """Take passthrough columns whole and prepare media readers; False when the
-        chunk needs Python records instead (nothing changed then)."""
-        schema = (batch if chunk.parent is None else chunk.parent).schema  # one object per parent
+    def _layout_of(self, schema: pa.Schema) -> ArrowLayout | None:
         if schema is not self._schema and not (
             self._schema is not None and schema.equals(self._schema)
         ):
             self._layout = self._arrow_layout(schema)
         self._schema = schema
-        layout = self._layout
+        return self._layout
+
+    def _arrow_rows(self, job: BatchJob, batch: pa.RecordBatch) -> bool:
+        """Take passthrough columns whole and prepare media readers; False when the
+        chunk needs Python records instead (nothing changed then)."""
+        layout = self._layout_of(batch.schema)
         if layout is None:
             return False
         passthrough, media, key, key_slot = layout
         n = batch.num_rows
         columns = job.columns
-        if chunk.parent is not None and not media:
-            if chunk.parent is not self._parent:
-                self._parent, self._parent_cache = chunk.parent, {}
-            at = chunk.offset
-            final = True
-            for name, index in passthrough:
-                if index < 0:
-                    columns[name] = _nulls(n)
-                    continue
-                columns[name], done = self._slice(index, at, n)
-                final = final and done
-            if key >= 0:
-                job.keys = columns[key_slot] if key_slot else self._slice(key, at, n)[0]
-            job.final = final
-            return True
         for name, index in passthrough:
             columns[name] = batch.column(index) if index >= 0 else _nulls(n)
         for name, index in media:
@@ -337,6 +332,32 @@ class Executor:
         if key >= 0:
             job.keys = columns[key_slot] if key_slot else batch.column(key)
         return True
+
+    def _columns_job(self, chunk: Chunk, parent: pa.RecordBatch) -> BatchJob | None:
+        """A passthrough job over a slice of ``parent``, its columns sliced from columns
+        taken from ``parent`` once; ``None`` when the rows must be Python records."""
+        layout = self._layout_of(parent.schema)  # one schema object per parent
+        if layout is None:
+            return None
+        passthrough, _, key, key_slot = layout
+        if parent is not self._parent:
+            self._parent, self._parent_cache = parent, {}
+        job = BatchJob(chunk.positions, None, self._kernels, chunk.end, arrow=True)
+        job.row_values = self._row_values
+        job.remaining, job.done = 0, True
+        n, at = job.size, chunk.offset
+        columns = job.columns
+        final = True
+        for name, index in passthrough:
+            if index < 0:
+                columns[name] = _nulls(n)
+                continue
+            columns[name], done = self._slice(index, at, n)
+            final = final and done
+        if key >= 0:
+            job.keys = columns[key_slot] if key_slot else self._slice(key, at, n)[0]
+        job.final = final
+        return job
 
     def _slice(self, index: int, offset: int, n: int) -> tuple[Any, bool]:
         """Rows ``offset:offset+n`` of column ``index`` of the current parent batch, taken
@@ -429,7 +450,7 @@ class Executor:
 
     def _run_rows(self, job: BatchJob, rows: range) -> None:
         try:
-            if job.batch is not None:
+            if job.arrow:
                 if job.readers:
                     for row in rows:
                         self._process_arrow(job, row)

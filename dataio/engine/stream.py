@@ -108,7 +108,7 @@ class Chunk:
     can slice columns it already took from the parent.
     """
 
-    __slots__ = ("batch", "offset", "parent", "positions", "records", "start")
+    __slots__ = ("_batch", "offset", "parent", "positions", "records", "start")
 
     def __init__(
         self,
@@ -123,9 +123,16 @@ class Chunk:
         self.start = start
         self.positions = positions
         self.records = records
-        self.batch = batch
+        self._batch = batch
         self.parent = parent
         self.offset = offset
+
+    @property
+    def batch(self) -> pa.RecordBatch | None:
+        """The Arrow rows (sliced from ``parent`` on first use), or ``None``."""
+        if self._batch is None and self.parent is not None:
+            self._batch = self.parent.slice(self.offset, len(self.positions))
+        return self._batch
 
     def __len__(self) -> int:
         return len(self.positions)
@@ -250,10 +257,8 @@ def _arrow_blocks(
             at = np.arange(wanted.start, wanted.stop, wanted.step)
         rows = source.take_batch(at)
         for offset in range(0, len(wanted), size):
-            n = min(size, len(wanted) - offset)
-            batch = rows if n == len(wanted) else rows.slice(offset, n)
-            mine = wanted[offset : offset + n]
-            yield Chunk(block + offset, mine, batch=batch, parent=rows, offset=offset)
+            mine = wanted[offset : offset + size]
+            yield Chunk(block + offset, mine, parent=rows, offset=offset)  # sliced when needed
 
 
 def _plain(wanted: Sequence[int]) -> Sequence[int]:
@@ -361,9 +366,8 @@ def _arrow_rebatch(pieces: Iterator[Piece], size: int, drop_last: bool) -> Itera
         while at < n:
             take = min(size - have, n - at)
             if take == size:  # a whole chunk inside one source batch: a plain slice
-                rows = batch if take == n else batch.slice(at, take)
                 wanted = positions if take == n else positions[at : at + take]
-                yield Chunk(start, wanted, batch=rows, parent=batch, offset=at)
+                yield Chunk(start, wanted, parent=batch, offset=at)  # sliced when needed
                 start += size
                 at += take
                 continue
