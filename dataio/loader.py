@@ -101,6 +101,7 @@ class Loader:
         self._policy = FailurePolicy(on_failure, log_errors)
         self._kernels = lower(plan)
         self._unstacked = padded_slots(plan.batch_ops)
+        self._plain = output == "numpy" and not plan.batch_ops and not plan.batch_maps
         shape = plan.shape
         prefetch = shape.prefetch
         if max_prefetch_bytes is not None:
@@ -241,6 +242,8 @@ class Loader:
 
     def _deliver(self, job: Any, epoch: int) -> Any:
         batch = assemble(job, self._policy, self._unstacked)
+        if self._plain:  # numpy output, no batch transforms or maps: the batch as built
+            return batch
         if self.plan.batch_ops:
             batch = apply_batch_ops(batch, self.plan.batch_ops, self._seed, epoch)
         item: Any = batch

@@ -24,6 +24,7 @@ import os
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -134,6 +135,21 @@ class BatchJob:
         self.row_values: frozenset[str] = frozenset()
         #: ``columns`` are the batch's columns as they are (no output rule left to apply)
         self.final = False
+
+    @classmethod
+    def of_columns(
+        cls, positions: Sequence[int], kernels: tuple[SlotKernel, ...], end: int
+    ) -> BatchJob:
+        """A finished job of Arrow passthrough columns (filled in by the caller): no
+        buffers, no row tasks; its per-row containers are read-only empties."""
+        job = cls.__new__(cls)
+        job.positions, job.records, job.batch, job.kernels = positions, None, None, kernels
+        job.end, job.size, job.remaining, job.done = end, len(positions), 0, True
+        job.arrow, job.final, job.keys, job.columns = True, False, None, {}
+        job.buffers = job.values = job.readers = job.sizes = job.errors = job.inactive = _NONE
+        job.fatal = []
+        job.row_values = frozenset()
+        return job
 
     def allocate(self, pool: BufferPool | None) -> None:
         """Make the output buffers (and per-row lists) of the slots run row by row."""
@@ -342,9 +358,8 @@ class Executor:
         passthrough, _, key, key_slot = layout
         if parent is not self._parent:
             self._parent, self._parent_cache = parent, {}
-        job = BatchJob(chunk.positions, None, self._kernels, chunk.end, arrow=True)
+        job = BatchJob.of_columns(chunk.positions, self._kernels, chunk.end)
         job.row_values = self._row_values
-        job.remaining, job.done = 0, True
         n, at = job.size, chunk.offset
         columns = job.columns
         final = True
@@ -597,6 +612,10 @@ def _undocumented(exc: Exception) -> DecodeError:
     error = DecodeError(f"{type(exc).__name__}: {exc}")
     error.__cause__ = exc
     return error
+
+
+#: the per-row containers of a job that has none (read-only: a write would be a bug)
+_NONE: Any = MappingProxyType({})
 
 
 def _stays_arrow(column: Any) -> bool:
