@@ -13,7 +13,7 @@ from dataio.batch import Batch
 from dataio.engine.executor import BatchJob
 from dataio.engine.lower import SlotKernel
 from dataio.exceptions import BatchFailedError, DataioError, ShapeMismatchError
-from dataio.ops import Op
+from dataio.plan.ops import Op
 
 __all__ = ["FailurePolicy", "assemble"]
 

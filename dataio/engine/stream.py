@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dataio.exceptions import DataioError, FieldError, PlanError
-from dataio.pipeline import BatchStage, CollateStage, ShapeStage
+from dataio.plan.pipeline import BatchStage, CollateStage, ShapeStage
 from dataio.sources.base import IndexedSource, Source
 
 __all__ = ["Chunk", "ShardSpec", "plan_chunks"]
