@@ -30,9 +30,8 @@ import pyarrow.parquet as pq
 from PIL import Image
 
 import dataio
-from dataio import decoders, transforms
+from dataio import Expr, decoders, transforms
 from dataio.engine.pool import cpu_workers
-from dataio.expr import Expr
 from dataio.testing import photo_like
 
 OPS = (

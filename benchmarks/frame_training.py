@@ -159,7 +159,7 @@ def run_loader(loader: Any, image: str = "jpeg") -> tuple[int, str]:
 
 def chain_expr() -> Any:
     """The chain as a column expression, exactly the ops a slot chain holds."""
-    from dataio.expr import Expr
+    from dataio import Expr
 
     ops = (
         dataio.decoders.image(),

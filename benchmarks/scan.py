@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 from _common import BENCH_DATA, Contender, format_table, interleave, load_average, machine_lines
 
 import dataio.frame as frames
-from dataio.expr import col
+from dataio import col
 
 PACKAGES = ("pyarrow", "polars", "datafusion", "numpy")
 FILES = 16

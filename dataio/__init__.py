@@ -19,9 +19,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dataio import batch_transforms, cond, decoders, limits, runtime, testing, transforms
+from dataio import batch_transforms, cond, decoders, limits, testing, transforms
 from dataio.batch import Batch
-from dataio.custom import custom_op
 from dataio.dataloader import DataLoader
 from dataio.exceptions import (
     AuthenticationError,
@@ -43,7 +42,6 @@ from dataio.exceptions import (
     TransportError,
     TransportTimeoutError,
 )
-from dataio.expr import Expr, col, count, lit
 from dataio.formats.hdf5 import Hdf5File, open_hdf5, read_hdf5, scan_hdf5
 from dataio.formats.numpy import read_npz, read_numpy, scan_npz, scan_numpy
 from dataio.formats.safetensors import (
@@ -86,7 +84,10 @@ from dataio.io import (
     write,
     writer,
 )
-from dataio.pipeline import (
+from dataio.plan import runtime
+from dataio.plan.custom import custom_op
+from dataio.plan.expr import Expr, col, count, lit
+from dataio.plan.pipeline import (
     BoundPipeline,
     Pipeline,
     Slot,
@@ -266,7 +267,7 @@ def _engine() -> Any:
     return frames
 
 
-# Plans reach the runtime above them through dataio.runtime (imports point one way); the
+# Plans reach the runtime above them through dataio.plan.runtime (imports point one way); the
 # runtime's modules load on first use, not here.
 runtime.install(loader=_loader, engine=_engine)
 

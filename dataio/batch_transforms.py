@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from dataio.exceptions import PlanError
-from dataio.ops import Op, choice, make_op, positive_int
+from dataio.plan.ops import Op, choice, make_op, positive_int
 
 __all__ = ["cutmix", "mixup", "normalization", "padding", "shuffle"]
 

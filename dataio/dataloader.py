@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
-from dataio.pipeline import Pipeline
+from dataio.plan.pipeline import Pipeline
 
 if TYPE_CHECKING:
     from dataio.loader import Loader
@@ -17,7 +17,7 @@ class DataLoader:
     """A synchronous batch iterator: ``for batch in loader`` is one epoch, in record order.
 
     It binds ``records`` to ``pipeline`` and runs it with the given options (those of
-    :meth:`~dataio.pipeline.BoundPipeline.run`), so it behaves like a torch
+    :meth:`~dataio.plan.pipeline.BoundPipeline.run`), so it behaves like a torch
     ``DataLoader`` in a training loop: every ``iter()`` starts a pass, ``len()`` is the
     batch count of a pass, and :meth:`state_dict` / :meth:`load_state_dict` resume
     mid-epoch. The engine still decodes ahead on its worker pool; the iterator itself

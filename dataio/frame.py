@@ -21,10 +21,11 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from dataio import runtime
 from dataio.exceptions import PlanError
-from dataio.expr import AGGREGATES, Expr, col
-from dataio.frame_plan import (
+from dataio.io.resolve import remote_prefix, resolve, spec_items
+from dataio.plan import runtime
+from dataio.plan.expr import AGGREGATES, Expr, col
+from dataio.plan.frame import (
     SOURCES,
     Aggregate,
     FileRecords,
@@ -42,7 +43,6 @@ from dataio.frame_plan import (
     tree,
     walk,
 )
-from dataio.io.resolve import remote_prefix, resolve, spec_items
 from dataio.sources.base import IndexedSource, Source
 
 if TYPE_CHECKING:
@@ -601,7 +601,7 @@ def _functions(functions: Mapping[str, Any] | None) -> tuple[tuple[str, tuple[An
 
 def _chain_ops(value: Any) -> tuple[Any, ...]:
     """The ops of a chain given as an ``Expr("chain", ...)``, a slot, a chain or ops."""
-    from dataio.ops import Op
+    from dataio.plan.ops import Op
 
     if isinstance(value, Expr):
         node = value.args[0] if value.op == "alias" else value
@@ -646,7 +646,7 @@ def _table_node(name: str, value: Any) -> Node:
 
 
 def _lit(value: Any) -> Expr:
-    from dataio.expr import lit
+    from dataio.plan.expr import lit
 
     return lit(value)
 

@@ -19,7 +19,7 @@ from dataio.engine.lower import lower
 from dataio.engine.state import LoaderState, validate_state
 from dataio.engine.stream import ShardSpec, plan_chunks
 from dataio.exceptions import BatchFailedError, DataioError, PlanError
-from dataio.pipeline import BatchStage, Pipeline
+from dataio.plan.pipeline import BatchStage, Pipeline
 from dataio.sources import Source
 from dataio.sources import records as records_source
 

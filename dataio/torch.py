@@ -11,7 +11,7 @@ from typing import Any
 
 import torch.utils.data
 
-from dataio.pipeline import Pipeline
+from dataio.plan.pipeline import Pipeline
 
 __all__ = ["IterableDataset"]
 
@@ -34,8 +34,8 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
 
     Args:
         pipeline: the plan, from :func:`dataio.pipeline`.
-        records: what :meth:`~dataio.pipeline.Pipeline.bind` takes.
-        **run_options: options of :meth:`~dataio.pipeline.BoundPipeline.run`;
+        records: what :meth:`~dataio.plan.pipeline.Pipeline.bind` takes.
+        **run_options: options of :meth:`~dataio.plan.pipeline.BoundPipeline.run`;
             ``output`` defaults to ``"torch"``.
 
     Example:

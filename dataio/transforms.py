@@ -2,23 +2,23 @@
 
 Each function returns a plan node; nothing is computed here. A slot chain fuses its
 geometric ops into one resampling step of the source image (see :mod:`dataio.udfs.image`).
-The functions are generated from the ops' declarations in :mod:`dataio.registry`
+The functions are generated from the ops' declarations in :mod:`dataio.plan.registry`
 (signature, docstring and validation), which also give the slot methods and the methods
 of chain expressions.
 """
 
 from __future__ import annotations
 
-from dataio import registry as _registry
+from dataio.plan import registry as _registry
 
 # constants and types of the namespace, importable from here as before the registry
-from dataio.registry.array import CAST_DTYPES as CAST_DTYPES
-from dataio.registry.array import CastDType as CastDType
-from dataio.registry.image import DTYPES as DTYPES
-from dataio.registry.image import LAYOUTS as LAYOUTS
-from dataio.registry.image import NORMALIZE_PRESETS as NORMALIZE_PRESETS
-from dataio.registry.image import Layout as Layout
-from dataio.registry.image import OutputDType as OutputDType
+from dataio.plan.registry.array import CAST_DTYPES as CAST_DTYPES
+from dataio.plan.registry.array import CastDType as CastDType
+from dataio.plan.registry.image import DTYPES as DTYPES
+from dataio.plan.registry.image import LAYOUTS as LAYOUTS
+from dataio.plan.registry.image import NORMALIZE_PRESETS as NORMALIZE_PRESETS
+from dataio.plan.registry.image import Layout as Layout
+from dataio.plan.registry.image import OutputDType as OutputDType
 
 __all__ = [
     "center_crop",

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from PIL import Image
 
 import dataio
-from dataio.expr import col
+from dataio import col
 from dataio.frame import scan_parquet
 from dataio.testing import photo_like
 

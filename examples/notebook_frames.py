@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dataio.expr import col, count
+from dataio import col, count
 from dataio.frame import scan_parquet, sql
 
 

@@ -13,9 +13,10 @@ import pytest
 from PIL import Image
 
 import dataio
-from dataio import batch_transforms, decoders, registry, transforms
+from dataio import batch_transforms, decoders, transforms
 from dataio.engine.lower import lower_chain
-from dataio.expr import AudioNamespace, BinaryNamespace, ChainExpr, ImageNamespace, col
+from dataio.plan import registry
+from dataio.plan.expr import AudioNamespace, BinaryNamespace, ChainExpr, ImageNamespace, col
 from dataio.testing import photo_like
 
 

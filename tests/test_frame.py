@@ -22,8 +22,8 @@ from helpers.resume import check_resume
 from polars.testing import assert_frame_equal
 
 import dataio
+from dataio import col, count, lit
 from dataio.exceptions import FormatError, NotFoundError, QueryError
-from dataio.expr import col, count, lit
 from dataio.frame import (
     read_feather,
     read_parquet,

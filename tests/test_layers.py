@@ -36,7 +36,7 @@ def test_importing_dataio_changes_no_environment_variable() -> None:
     out = _python(
         "import json, os\n"
         "before = dict(os.environ)\n"
-        "import dataio, dataio.frame, dataio.pipeline\n"
+        "import dataio, dataio.frame, dataio.plan.pipeline\n"
         "print(json.dumps([before, dict(os.environ)]))\n"
     )
     before, after = json.loads(out)

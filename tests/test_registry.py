@@ -16,10 +16,11 @@ from PIL import Image
 
 import dataio
 from dataio import cond as c
-from dataio import decoders, registry, transforms
+from dataio import decoders, transforms
 from dataio.engine import lower
-from dataio.expr import ChainExpr, col
-from dataio.ops import Op
+from dataio.plan import registry
+from dataio.plan.expr import ChainExpr, col
+from dataio.plan.ops import Op
 from dataio.testing import photo_like
 
 ROOT = Path(__file__).resolve().parents[1]

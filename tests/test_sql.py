@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 from polars.testing import assert_frame_equal
 
+from dataio import col
 from dataio.exceptions import PlanError, QueryError
-from dataio.expr import col
 from dataio.frame import scan_csv, scan_parquet, sql
 
 

@@ -11,7 +11,7 @@ import pytest
 
 import dataio
 from dataio import transforms
-from dataio.ops import IMAGENET_MEAN, IMAGENET_STD, Op
+from dataio.plan.ops import IMAGENET_MEAN, IMAGENET_STD, Op
 
 
 @pytest.mark.parametrize(

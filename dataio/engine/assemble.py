@@ -14,7 +14,7 @@ from dataio.engine.columns import arrow_column
 from dataio.engine.executor import BatchJob
 from dataio.engine.lower import SlotKernel
 from dataio.exceptions import BatchFailedError, DataioError, ShapeMismatchError
-from dataio.ops import Op
+from dataio.plan.ops import Op
 
 __all__ = ["FailurePolicy", "assemble"]
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from dataio.batch import Batch
 from dataio.exceptions import FieldError, ShapeMismatchError
-from dataio.ops import Op
+from dataio.plan.ops import Op
 
 __all__ = ["apply_batch_ops", "padded_slots"]
 

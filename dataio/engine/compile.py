@@ -1,4 +1,4 @@
-"""Compile frame plans (:mod:`dataio.frame_plan`) to DataFusion DataFrames.
+"""Compile frame plans (:mod:`dataio.plan.frame`) to DataFusion DataFrames.
 
 A plan compiles in one of four modes: ``schema`` (over empty tables with the scans'
 schemas, reading no file), ``collect`` and ``stream`` (to run), ``explain`` (to print).
@@ -19,7 +19,7 @@ from dataio.engine.records import records_table
 from dataio.engine.relational import join, sql_plan, unqualified
 from dataio.engine.scan import read_file
 from dataio.exceptions import QueryError
-from dataio.frame_plan import (
+from dataio.plan.frame import (
     SOURCES,
     Aggregate,
     FileRecords,

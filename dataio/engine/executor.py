@@ -36,7 +36,7 @@ from dataio.engine.pool import cpu_pool
 from dataio.engine.stream import Chunk
 from dataio.exceptions import DataioError, DecodeError, FieldError
 from dataio.io import read_bytes
-from dataio.pipeline import Map
+from dataio.plan.pipeline import Map
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -6,7 +6,7 @@ from dataio.engine.compile import compile_plan
 from dataio.engine.errors import guard
 from dataio.engine.scan import reads_remote
 from dataio.engine.session import session, workers
-from dataio.frame_plan import Node, PyFilter, tree, walk
+from dataio.plan.frame import Node, PyFilter, tree, walk
 
 __all__ = ["explain"]
 

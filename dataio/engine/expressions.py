@@ -1,4 +1,4 @@
-"""Compile :class:`~dataio.expr.Expr` trees to DataFusion expressions, and check them."""
+"""Compile :class:`~dataio.plan.expr.Expr` trees to DataFusion expressions, and check them."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from dataio.engine.errors import guard
 from dataio.exceptions import QueryError
-from dataio.expr import Expr
+from dataio.plan.expr import Expr
 
 __all__ = ["check_expr", "column", "compile_expr", "named"]
 
@@ -22,7 +22,7 @@ def column(name: str) -> Any:
 
 
 def compile_expr(expr: Expr, ctx: Any) -> Any:
-    """An :class:`~dataio.expr.Expr` as a DataFusion expression."""
+    """An :class:`~dataio.plan.expr.Expr` as a DataFusion expression."""
     import operator
 
     from datafusion import functions as f

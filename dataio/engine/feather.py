@@ -7,7 +7,7 @@ from typing import Any
 from dataio.engine.errors import guard
 from dataio.engine.remote import is_remote
 from dataio.exceptions import FormatError, NotFoundError
-from dataio.frame_plan import Limit, Node, Scan, Select
+from dataio.plan.frame import Limit, Node, Scan, Select
 
 __all__ = ["feather_table"]
 

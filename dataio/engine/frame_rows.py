@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
 from dataio.exceptions import FormatError, NotFoundError, OutOfRangeError
-from dataio.frame_plan import Limit, Memory, Node, Scan, Select, WithColumns
+from dataio.plan.frame import Limit, Memory, Node, Scan, Select, WithColumns
 from dataio.sources.base import IndexedSource
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""The frame engine's API: what :mod:`dataio.frame` calls, through :mod:`dataio.runtime`.
+"""The frame engine's API: what :mod:`dataio.frame` calls, through :mod:`dataio.plan.runtime`.
 
 ``dataio.frame`` builds plans and never imports the engine; every terminal and every
 schema check reaches it here, so the engine's modules can change behind one surface.

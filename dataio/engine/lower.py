@@ -12,7 +12,7 @@ turns it into one function ``run(data, rng, out) -> (value, source_size)``:
 
 Custom ops are batch-level: they run on the stacked column at assembly. Each decoder
 op name maps to its decode function in :data:`DECODERS`; transforms to
-:data:`ARRAY_OPS`. Both tables are generated from :mod:`dataio.registry`, which names
+:data:`ARRAY_OPS`. Both tables are generated from :mod:`dataio.plan.registry`, which names
 each op's kernel.
 """
 
@@ -25,11 +25,11 @@ from typing import Any, cast
 
 import numpy as np
 
-from dataio import registry
-from dataio.cond import Predicate
 from dataio.exceptions import PlanError
-from dataio.ops import Op
-from dataio.pipeline import Pipeline, Slot
+from dataio.plan import registry
+from dataio.plan.ops import Op
+from dataio.plan.pipeline import Pipeline, Slot
+from dataio.plan.predicates import Predicate
 from dataio.udfs.image import ImageSpec, run_chain, transform_pixels, write_pixels
 
 __all__ = [

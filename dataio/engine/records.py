@@ -1,4 +1,4 @@
-"""Run :class:`~dataio.frame_plan.FileRecords` nodes: their records, or one Arrow table."""
+"""Run :class:`~dataio.plan.frame.FileRecords` nodes: their records, or one Arrow table."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from dataio.exceptions import DataioError
 from dataio.formats._scan import record_key
-from dataio.frame_plan import FileRecords
 from dataio.io.resolve import resolve
+from dataio.plan.frame import FileRecords
 
 if TYPE_CHECKING:
     import pyarrow as pa

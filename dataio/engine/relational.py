@@ -7,7 +7,7 @@ from typing import Any
 from dataio.engine.errors import guard
 from dataio.engine.expressions import column
 from dataio.exceptions import QueryError
-from dataio.frame_plan import Join, Sql
+from dataio.plan.frame import Join, Sql
 
 __all__ = ["join", "sql_plan", "unqualified"]
 

@@ -37,7 +37,7 @@ from dataio.engine.schema import plan_schema
 from dataio.engine.session import scan_partitions, scan_session, session, workers
 from dataio.engine.tail import limit_batches, python_filter, split_tail
 from dataio.exceptions import DataioError
-from dataio.frame_plan import Limit, Node, PyFilter, Scan
+from dataio.plan.frame import Limit, Node, PyFilter, Scan
 
 __all__ = ["collect_table", "plain_frame", "run", "stream_batches"]
 

@@ -10,8 +10,8 @@ from dataio.engine.plain import plain_schema, view_schema
 from dataio.engine.remote import download_table, is_remote, object_store_for, ranged
 from dataio.engine.session import scan_session
 from dataio.exceptions import DataioError, FormatError, NotFoundError
-from dataio.frame_plan import Node, Scan, walk
 from dataio.io.uri import parse
+from dataio.plan.frame import Node, Scan, walk
 
 __all__ = [
     "check_data",

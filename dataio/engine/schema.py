@@ -11,8 +11,8 @@ from dataio.engine.compile import apply_step, compile_plan
 from dataio.engine.errors import guard
 from dataio.engine.plain import empty_table, plain_schema
 from dataio.engine.session import scan_session
-from dataio.expr import Expr
-from dataio.frame_plan import (
+from dataio.plan.expr import Expr
+from dataio.plan.frame import (
     SOURCES,
     Aggregate,
     Filter,

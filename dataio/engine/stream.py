@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dataio.exceptions import DataioError, FieldError, PlanError
-from dataio.pipeline import BatchStage, CollateStage, ShapeStage
+from dataio.plan.pipeline import BatchStage, CollateStage, ShapeStage
 from dataio.sources.adapters import SequenceSource
 from dataio.sources.base import IndexedSource, Source
 

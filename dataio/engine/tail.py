@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from dataio.exceptions import DataioError
-from dataio.frame_plan import Limit, Node, PyFilter
+from dataio.plan.frame import Limit, Node, PyFilter
 
 __all__ = ["limit_batches", "python_filter", "split_tail"]
 

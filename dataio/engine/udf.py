@@ -37,7 +37,7 @@ import numpy as np
 
 from dataio.engine.lower import SlotKernel
 from dataio.exceptions import DataioError, DecodeError, PlanError, QueryError, TransformError
-from dataio.ops import Op
+from dataio.plan.ops import Op
 
 __all__ = [
     "ChainKernel",
@@ -63,7 +63,7 @@ class ChainKernel:
         kernel: the fused kernel (the one a pipeline slot runs).
         dtype: the NumPy dtype of every output value.
         shape: the per-row shape when static (the kernel's, else the registry's
-            :func:`~dataio.registry.chain_type`), else ``None``.
+            :func:`~dataio.plan.registry.chain_type`), else ``None``.
         arrow_type: ``fixed_shape_tensor`` when ``shape`` is set, else the variable-shape
             struct ``{data: large_list<dtype>, shape: list<int32>}``.
         label: the chain as text, for errors.
@@ -97,7 +97,7 @@ def _cached_kernel(ops: tuple[Op, ...]) -> ChainKernel:
 
 def _lower_chain(ops: tuple[Op, ...]) -> ChainKernel:
     from dataio.engine.lower import lower_chain
-    from dataio.registry import chain_type
+    from dataio.plan.registry import chain_type
 
     label = " -> ".join(repr(op) for op in ops) or "an empty chain"
     if not ops or ops[0].kind != "decode":

@@ -1,6 +1,6 @@
 """Scans of tensor files (``scan_numpy``, ``scan_npz``, ``scan_hdf5``) as lazy frames.
 
-Each is a :class:`~dataio.frame.LazyFrame` over a :class:`~dataio.frame_plan.FileRecords`
+Each is a :class:`~dataio.frame.LazyFrame` over a :class:`~dataio.plan.frame.FileRecords`
 node: nothing is listed or opened when it is built; every run and every pass resolves
 the paths again (:mod:`dataio.io.resolve`) and reads file after file. Iterated as a
 record source, a bare scan yields the reader's records (NumPy arrays, memory-mapped
@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dataio.exceptions import PlanError
-from dataio.frame_plan import FileRecords
 from dataio.io.resolve import spec_items
+from dataio.plan.frame import FileRecords
 
 if TYPE_CHECKING:
     import numpy as np

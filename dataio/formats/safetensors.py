@@ -35,7 +35,7 @@ from dataio.formats._safetensors_write import INDEX_NAME, parse_size, write_safe
 from dataio.io import read_bytes
 from dataio.io.local import open_file
 from dataio.io.resolve import glob_in
-from dataio.ops import choice
+from dataio.plan.ops import choice
 from dataio.udfs.tensor import (
     SafetensorsHeader,
     TensorEntry,

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dataio.exceptions import DataioError, PlanError
-from dataio.naming import callable_name
+from dataio.plan.naming import callable_name
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -22,12 +22,11 @@ import pytest
 from PIL import Image
 
 import dataio
-from dataio import decoders, transforms
+from dataio import Expr, decoders, transforms
 from dataio.engine import pool as pool_module
 from dataio.engine.udf import chain_kernel, run_batch
 from dataio.exceptions import DecodeError, LimitError, NotFoundError, PlanError
-from dataio.expr import Expr
-from dataio.ops import IMAGENET_MEAN, IMAGENET_STD, Op
+from dataio.plan.ops import IMAGENET_MEAN, IMAGENET_STD, Op
 from dataio.testing import photo_like
 
 IMAGENET = (

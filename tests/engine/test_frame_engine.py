@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from dataio import col
 from dataio.engine.plain import plain_schema
-from dataio.expr import col
 from dataio.frame import sql
 
 
@@ -50,7 +50,7 @@ def test_python_exits_cleanly_with_a_frame_stream_open(tmp_path: Path, tiny_imag
         pq.write_table(table, tmp_path / f"part-{part}.parquet", row_group_size=4)
     script = textwrap.dedent(
         f"""
-        from dataio.expr import col
+        from dataio import col
         from dataio.frame import scan_parquet
         frame = scan_parquet({str(tmp_path)!r}).with_columns(size=col("image").image_size())
         if {plan!r} == "aggregate":

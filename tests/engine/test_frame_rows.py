@@ -20,11 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dataio
+from dataio import col
 from dataio.engine.frame_rows import FrameRows, ShardPositions
 from dataio.exceptions import FormatError, LimitError, OutOfRangeError, PlanError
-from dataio.expr import col
 from dataio.frame import LazyFrame, scan_feather, scan_parquet
-from dataio.frame_plan import Scan
+from dataio.plan.frame import Scan
 from dataio.sources.permutation import PermutedIndexed
 
 # Row groups of uneven sizes across files, so blocks and shard boundaries rarely align.

@@ -14,7 +14,7 @@ import pytest
 from helpers.object_servers import MotoServer, RangeServer
 
 import dataio
-from dataio.expr import col
+from dataio import col
 from dataio.frame import scan, scan_csv, scan_parquet
 from dataio.io import config
 

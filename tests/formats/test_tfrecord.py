@@ -19,8 +19,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dataio import col
 from dataio.exceptions import FormatError, NotFoundError, PlanError
-from dataio.expr import col
 from dataio.formats.tfrecord import compression_of, crc32c, iter_tfrecord, masked_crc32c
 from dataio.frame import scan_tfrecord
 

@@ -21,7 +21,7 @@ from PIL import Image, JpegImagePlugin
 import dataio.udfs.image as image_module
 from dataio import transforms
 from dataio.exceptions import DecodeError, LimitError, TransformError
-from dataio.ops import IMAGENET_MEAN, IMAGENET_STD, Op
+from dataio.plan.ops import IMAGENET_MEAN, IMAGENET_STD, Op
 from dataio.testing import photo_like
 from dataio.udfs.image import (
     ImageSpec,

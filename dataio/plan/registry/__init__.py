@@ -13,13 +13,13 @@ dtype and shape it yields. From the specs come
 * the engine's lowering tables (``dataio.engine.lower.DECODERS`` / ``ARRAY_OPS``), and
   static output types (:func:`chain_type`) for fixed-shape tensor columns.
 
-Declarations live in :mod:`~dataio.registry.decode`, :mod:`~dataio.registry.image` and
-:mod:`~dataio.registry.array`. The registry imports no kernel and no engine module.
+Declarations live in :mod:`~dataio.plan.registry.decode`, :mod:`~dataio.plan.registry.image` and
+:mod:`~dataio.plan.registry.array`. The registry imports no kernel and no engine module.
 """
 
 from __future__ import annotations
 
-from dataio.registry._spec import (
+from dataio.plan.registry._spec import (
     OpSpec,
     Params,
     ValueType,
@@ -30,8 +30,8 @@ from dataio.registry._spec import (
     spec,
     specs,
 )
-from dataio.registry.array import fix_length, gain, standardize, to_dtype
-from dataio.registry.chain import (
+from dataio.plan.registry.array import fix_length, gain, standardize, to_dtype
+from dataio.plan.registry.chain import (
     When,
     chain_type,
     check_branch_ops,
@@ -39,7 +39,7 @@ from dataio.registry.chain import (
     validate_chain,
     with_otherwise,
 )
-from dataio.registry.decode import (
+from dataio.plan.registry.decode import (
     decode_audio,
     decode_bytes,
     decode_image,
@@ -49,7 +49,7 @@ from dataio.registry.decode import (
     decode_safetensors,
     decode_text,
 )
-from dataio.registry.image import (
+from dataio.plan.registry.image import (
     center_crop,
     color_jitter,
     grayscale,

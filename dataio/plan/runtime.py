@@ -1,6 +1,6 @@
 """Where plan values find the runtime that runs them.
 
-Plans are values (:mod:`dataio.pipeline`, :mod:`dataio.frame`, ...) and sit below the
+Plans are values (:mod:`dataio.plan.pipeline`, :mod:`dataio.frame`, ...) and sit below the
 runtime that executes them (:mod:`dataio.loader`, :mod:`dataio.engine`), which imports
 them. So that imports point one way, a plan never imports the runtime: a terminal
 (``BoundPipeline.run``, ``LazyFrame.collect``) asks this module for it. The package's

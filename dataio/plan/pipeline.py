@@ -16,12 +16,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Self
 
-from dataio import registry, runtime
-from dataio.cond import Predicate
 from dataio.exceptions import PlanError
-from dataio.naming import callable_name
-from dataio.ops import Op, positive_int
-from dataio.registry.chain import When
+from dataio.plan import registry, runtime
+from dataio.plan.naming import callable_name
+from dataio.plan.ops import Op, positive_int
+from dataio.plan.predicates import Predicate
+from dataio.plan.registry.chain import When
 
 if TYPE_CHECKING:
     from dataio.loader import Loader
@@ -550,7 +550,7 @@ class BoundPipeline:
             ...     for batch in loader:
             ...         print(batch["image"].shape)
         """
-        # the runtime sits above plans and is reached through dataio.runtime, never imported
+        # the runtime sits above plans and is reached through dataio.plan.runtime, never imported
         loader: type[Loader] = runtime.loader()
         return loader(
             self.pipeline,

@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from dataio import registry
-from dataio.cond import Predicate
 from dataio.exceptions import PlanError
-from dataio.ops import Op
+from dataio.plan import registry
+from dataio.plan.ops import Op
+from dataio.plan.predicates import Predicate
 
 __all__ = [
     "AGGREGATES",
@@ -356,7 +356,7 @@ def _lit_text(value: Any) -> str:
 class ChainExpr(Expr):
     """``Expr("chain", base, ops)``: registry ops applied to a column, as in a slot chain.
 
-    ``ops`` are the same :class:`~dataio.ops.Op` values a slot chain holds (the decoder
+    ``ops`` are the same :class:`~dataio.plan.ops.Op` values a slot chain holds (the decoder
     first) and are validated the same way. Start one from a namespace
     (``col("jpeg").image.decode()``); the methods append ops and return a new chain.
 

@@ -6,9 +6,9 @@ from dataclasses import replace
 from typing import Literal
 
 from dataio.exceptions import PlanError
-from dataio.ops import ARRAYS, AUDIO_ONLY, choice, flag, non_negative, positive_int
-from dataio.registry._spec import Params, ValueType, declare, same_type
-from dataio.registry.image import DTYPES
+from dataio.plan.ops import ARRAYS, AUDIO_ONLY, choice, flag, non_negative, positive_int
+from dataio.plan.registry._spec import Params, ValueType, declare, same_type
+from dataio.plan.registry.image import DTYPES
 
 #: array cast targets of :func:`to_dtype`
 CAST_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", *DTYPES[4:])

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any, Literal
 
 from dataio.exceptions import PlanError
-from dataio.ops import (
+from dataio.plan.ops import (
     IMAGE_ONLY,
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -26,7 +26,7 @@ from dataio.ops import (
     positive_int,
     probability,
 )
-from dataio.registry._spec import Params, ValueType, declare
+from dataio.plan.registry._spec import Params, ValueType, declare
 
 Layout = Literal["HWC", "CHW"]
 LAYOUTS = ("HWC", "CHW")

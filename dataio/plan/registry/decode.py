@@ -10,8 +10,8 @@ import codecs
 from typing import Literal
 
 from dataio.exceptions import PlanError
-from dataio.ops import choice, flag, positive_int
-from dataio.registry._spec import Params, ValueType, declare
+from dataio.plan.ops import choice, flag, positive_int
+from dataio.plan.registry._spec import Params, ValueType, declare
 
 ImageMode = Literal["rgb", "gray", "rgba"]
 IMAGE_MODES: tuple[str, ...] = ("rgb", "gray", "rgba")

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from dataio.expr import Expr
-from dataio.naming import callable_name
+from dataio.plan.expr import Expr
+from dataio.plan.naming import callable_name
 
 __all__ = [
     "SOURCES",

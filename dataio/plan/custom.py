@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from dataio.exceptions import PlanError
-from dataio.ops import Op, make_op
+from dataio.plan.ops import Op, make_op
 
 __all__ = ["custom_op"]
 

@@ -10,10 +10,10 @@ import itertools
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from dataio.cond import Predicate
 from dataio.exceptions import PlanError
-from dataio.ops import Op, make_op
-from dataio.registry._spec import Chainable, ValueType, spec
+from dataio.plan.ops import Op, make_op
+from dataio.plan.predicates import Predicate
+from dataio.plan.registry._spec import Chainable, ValueType, spec
 
 T = TypeVar("T", bound=Chainable)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Concatenate, Generic, Literal, ParamSpec, Protocol, Self, TypeVar
 
 from dataio.exceptions import PlanError
-from dataio.ops import Op, OpKind, make_op
+from dataio.plan.ops import Op, OpKind, make_op
 
 P = ParamSpec("P")
 R_co = TypeVar("R_co", covariant=True)
@@ -65,7 +65,7 @@ class OpSpec(Generic[P]):
 
     Attributes:
         name: the op (and kernel) name, e.g. ``"resize_short"``.
-        kind: the :class:`~dataio.ops.Op` kind; it fixes the op's place in a chain.
+        kind: the :class:`~dataio.plan.ops.Op` kind; it fixes the op's place in a chain.
         params: the typed parameter function (see the module docstring).
         factory: the factory's name in :mod:`dataio.decoders` or :mod:`dataio.transforms`.
         method: the ``Slot`` (and chain expression) method name.
