@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 from dataio.exceptions import DataioError, FieldError, PlanError
@@ -43,8 +44,11 @@ class SequenceSource(IndexedSource):
         """Read rows through ``__getitems__`` when the object has one, else one by one."""
         if self._bulk is None:
             rows = self.rows
-            if type(indices) is range and indices.step == 1 and type(rows) in (list, tuple):
-                return list(rows[indices.start : indices.stop])  # a loader's batch: one slice
+            if type(rows) in (list, tuple):
+                if type(indices) is range and indices.step == 1:
+                    return list(rows[indices.start : indices.stop])  # a loader's batch: a slice
+                if len(indices) > 1:  # itemgetter gathers in C (a shuffle's batch)
+                    return list(itemgetter(*indices)(rows))
             return [rows[i] for i in indices]
         wanted = list(indices)
         result = self._bulk(wanted)

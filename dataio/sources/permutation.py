@@ -14,6 +14,12 @@ import numpy as np
 
 from dataio.sources.base import IndexedSource, epoch_seed
 
+_permute: Any
+try:  # the same order computed in C (optional build); NumPy computes it without
+    from dataio.sources import _permute
+except ImportError:  # pragma: no cover - built with the package
+    _permute = None
+
 __all__ = ["FeistelPermutation", "PermutedIndexed", "mix"]
 
 _MASK64 = (1 << 64) - 1
@@ -73,21 +79,44 @@ class FeistelPermutation:
         """:meth:`many` as an ``int64`` array.
 
         Up to :data:`TABULATE_ROWS` rows the whole order is computed once (an ``int32``
-        array of at most 16 MiB), so each batch is one lookup; above, each call encrypts
-        its positions, in O(1) memory.
+        array of at most 16 MiB), so each batch is one lookup (a ``range`` of positions,
+        a slice); above, each call encrypts its positions, in O(1) memory.
         """
+        if type(indices) is range and indices.step == 1 and self.n <= TABULATE_ROWS:
+            if indices and not (indices.start >= 0 and indices.stop <= self.n):
+                raise IndexError(indices.start if indices.start < 0 else indices.stop - 1)
+            return self.table()[indices.start : indices.stop].astype(np.int64)
         values = np.asarray(indices, dtype=np.int64).reshape(-1)
         if values.size and (int(values.min()) < 0 or int(values.max()) >= self.n):
             raise IndexError(int(values.min()) if int(values.min()) < 0 else int(values.max()))
         if self.n > TABULATE_ROWS:
-            return self._walk(values.astype(np.uint64)).astype(np.int64)
+            return self._at(values)
+        return self.table()[values].astype(np.int64)
+
+    def table(self) -> np.ndarray:
+        """The whole order ``[self[i] for i in range(n)]`` as ``int32``, computed once.
+
+        Only for ``n <= TABULATE_ROWS``.
+        """
         if self._order is None:
             order = np.empty(self.n, dtype=np.int32)
-            for start in range(0, self.n, 1 << 18):  # blocks bound the temporaries
-                block = np.arange(start, min(start + (1 << 18), self.n), dtype=np.uint64)
-                order[start : start + block.size] = self._walk(block)
+            if _permute is not None:
+                _permute.table(order, self.n, self.half, tuple(self.keys))
+            else:
+                for start in range(0, self.n, 1 << 18):  # blocks bound the temporaries
+                    block = np.arange(start, min(start + (1 << 18), self.n), dtype=np.uint64)
+                    order[start : start + block.size] = self._walk(block)
             self._order = order
-        return self._order[values].astype(np.int64)
+        return self._order
+
+    def _at(self, values: np.ndarray) -> np.ndarray:
+        """The permuted values of in-range ``int64`` positions."""
+        if _permute is not None:
+            values = np.ascontiguousarray(values)
+            out = np.empty_like(values)
+            _permute.at(values, out, self.n, self.half, tuple(self.keys))
+            return out
+        return self._walk(values.astype(np.uint64)).astype(np.int64)
 
     def _walk(self, values: np.ndarray) -> np.ndarray:
         out = self._encrypt_array(values)

@@ -1,0 +1,6 @@
+"""The Feistel shuffle order in C (``dataio/sources/_permute.c``)."""
+
+from typing import Any
+
+def table(out: Any, n: int, half: int, keys: tuple[int, ...], /) -> None: ...
+def at(positions: Any, out: Any, n: int, half: int, keys: tuple[int, ...], /) -> None: ...
