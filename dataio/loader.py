@@ -430,7 +430,10 @@ def _projected(source: Source, kernels: Sequence[Any], plan: Pipeline) -> Source
     frame; signatures and checkpoints stay those of the bound source.
     """
     from dataio.frame import LazyFrame
+    from dataio.sources.permutation import PermutedIndexed
 
+    if isinstance(source, PermutedIndexed):  # a shuffled frame: narrow the frame below it
+        return source.narrowed(lambda frame: _projected(frame, kernels, plan))
     if not isinstance(source, LazyFrame) or plan.record_maps:
         return source
     if any(k.active is not None for k in kernels):

@@ -32,6 +32,10 @@ static inline uint64_t mix(uint64_t v) {
 /* perm of each of count (<= LANES) values, in place. The values still walking are
  * encrypted together, round by round, so their independent multiplications overlap
  * (one value at a time waits on each multiplication's latency: ~3x slower). */
+#if defined(__x86_64__) && defined(__linux__) && !defined(__clang__) && __GNUC__ >= 11
+/* 64-bit multiplications in vectors (AVX-512DQ) where the CPU has them: ~2x faster */
+__attribute__((target_clones("arch=x86-64-v4", "default")))
+#endif
 static void permute(const feistel *f, uint64_t *values, int count) {
     uint16_t walking[LANES];
     int pending = count;

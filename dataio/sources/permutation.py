@@ -7,7 +7,7 @@ position costs a few integer hashes, so shuffling a billion-row index needs no l
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,6 +27,10 @@ _MASK64 = (1 << 64) - 1
 TABULATE_ROWS = 1 << 22
 #: rows per record batch when a shuffled Arrow source is read as a stream
 BLOCK_ROWS = 8192
+#: a batch read of consecutive pass positions reads ahead up to this many bytes of rows
+READ_AHEAD_BYTES = 4 << 20
+#: ...and at most this many rows
+READ_AHEAD_ROWS = 16384
 
 
 def mix(value: int) -> int:
@@ -143,7 +147,12 @@ class FeistelPermutation:
 
 
 class PermutedIndexed(IndexedSource):
-    """An indexed source read in a seeded order; bulk reads get the remapped positions."""
+    """An indexed source read in a seeded order; bulk reads get the remapped positions.
+
+    A batch read of consecutive pass positions (a loader's block) reads further ahead,
+    up to :data:`READ_AHEAD_BYTES`: the parent gathers many rows per call (Arrow's
+    ``take`` and a frame's row-group gathers cost per call), later blocks are slices.
+    """
 
     def __init__(self, parent: IndexedSource, seed: int, reshuffle: bool = True) -> None:
         self.parent = parent
@@ -152,14 +161,52 @@ class PermutedIndexed(IndexedSource):
         self.epoch = 0
         self.single_pass = parent.single_pass
         self._perm: FeistelPermutation | None = None
+        #: (start, stop, batch): the rows of pass positions start..stop-1, read ahead
+        self._ahead: tuple[int, int, Any] | None = None
+        self._row_bytes = 0.0  # the mean size of a row read, once one was read
+        #: narrowed views of a frame parent by column names (shared by every epoch's copy)
+        self._views: dict[tuple[str, ...], IndexedSource] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the rows read ahead stay behind (a worker process reads its own)
+        return {**self.__dict__, "_ahead": None}
 
     def at_epoch(self, epoch: int) -> PermutedIndexed:
         """The same shuffle, permuted for ``epoch``."""
         copy = PermutedIndexed(self.parent.at_epoch(epoch), self.seed, self.reshuffle)  # type: ignore[arg-type]
-        copy.epoch = epoch
+        copy.epoch, copy._views = epoch, self._views
         if epoch == self.epoch or not self.reshuffle:
             copy._perm = self._perm  # the same order: keep a tabulated permutation
         return copy
+
+    def over(self, parent: IndexedSource) -> PermutedIndexed:
+        """The same shuffle (seed, epoch and order) over ``parent``: another view of the
+        same rows at the same positions (a frame narrowed to fewer columns)."""
+        copy = PermutedIndexed(parent, self.seed, self.reshuffle)
+        copy.epoch, copy._perm = self.epoch, self._perm
+        return copy
+
+    def narrowed(self, project: Callable[[Any], Any]) -> PermutedIndexed:
+        """This shuffle over a frame's positional view narrowed by ``project``.
+
+        ``project`` maps the frame behind the parent (a frame's ``by_position()`` view)
+        to a frame of fewer columns, or returns it as is; ``self`` when the parent is no
+        frame's view or nothing narrows. Views are kept per column list, for every epoch.
+        """
+        frame = getattr(self.parent, "frame", None)
+        if frame is None or getattr(frame, "by_position", None) is None:
+            return self
+        narrow = project(frame)
+        if narrow is frame:
+            return self
+        key = tuple(narrow.arrow_schema().names)
+        rows = self._views.get(key)
+        if rows is None:
+            rows = narrow.by_position()
+            if rows is None or rows.length() != self.parent.length():
+                return self
+            self._views[key] = rows
+        return self.over(rows)
 
     def _permutation(self) -> FeistelPermutation:
         n = self.parent.length()
@@ -184,13 +231,29 @@ class PermutedIndexed(IndexedSource):
         return self.parent.arrow_schema()
 
     def take_batch(self, positions: Sequence[int]) -> Any:
-        """Forward the remapped positions to the parent's batch read."""
-        from dataio.sources.arrow import ArrowTableSource
+        """The parent's batch read of the remapped positions (consecutive ones read ahead)."""
+        run = _run(positions)
+        if run is None:
+            return self._take(self._permutation().array(positions))
+        start, stop = run
+        ahead = self._ahead  # one read of the attribute: a racing reader only reads again
+        if ahead is not None and ahead[0] <= start and stop <= ahead[1]:
+            return ahead[2].slice(start - ahead[0], stop - start)
+        count = stop - start
+        if self._row_bytes:
+            count = max(count, min(READ_AHEAD_ROWS, int(READ_AHEAD_BYTES // self._row_bytes)))
+        end = min(self.length(), start + count)
+        batch = self._take(self._permutation().array(range(start, end)))
+        self._row_bytes = max(batch.nbytes / max(batch.num_rows, 1), 1.0)
+        if end == stop:
+            return batch
+        self._ahead = (start, end, batch)
+        return batch.slice(0, stop - start)
 
-        order = self._permutation()
-        if isinstance(self.parent, ArrowTableSource):  # takes the array as it is
-            return self.parent.take_batch(order.array(positions))
-        return self.parent.take_batch(order.many(positions))
+    def _take(self, rows: Any) -> Any:
+        # an int64 array, as the loader hands positions to Arrow sources (take_batch's
+        # Sequence[int] includes NumPy arrays for every Arrow source)
+        return self.parent.take_batch(rows)
 
     def iterate_batches(self) -> Iterator[Any]:
         """The permuted rows as record batches, gathered block by block from the parent."""
@@ -207,3 +270,14 @@ class PermutedIndexed(IndexedSource):
     def configured(self) -> bool:
         """A shuffle is tracked configuration."""
         return True
+
+
+def _run(positions: Sequence[int]) -> tuple[int, int] | None:
+    """``(start, stop)`` when ``positions`` are ``start, start + 1, ..., stop - 1``."""
+    if type(positions) is range:
+        return (positions.start, positions.stop) if positions.step == 1 and positions else None
+    if isinstance(positions, np.ndarray) and positions.ndim == 1 and positions.size > 1:
+        first, last = int(positions[0]), int(positions[-1])
+        if last - first == positions.size - 1 and bool(np.all(np.diff(positions) == 1)):
+            return first, last + 1
+    return None
