@@ -1,13 +1,18 @@
 /*
- * The Feistel permutation of dataio/sources/permutation.py, per position in C.
+ * The shuffle's hot loops: the Feistel order of dataio/sources/permutation.py and the
+ * gather of a shuffled batch of Python records.
  *
  * table(out, n, half, keys) fills out[i] = perm[i] for i in range(n) (out: a writable
  * int32 buffer of n items); at(positions, out, n, half, keys) writes perm[p] for each
- * int64 position into an int64 buffer of the same length (positions already checked to
- * lie in range(n)). perm is the six-round Feistel network over 2 * half bits with
- * splitmix64 round functions, cycle-walked into range(n): exactly what
- * FeistelPermutation computes in Python and NumPy. Both release the GIL: a table of a
- * million positions is ~10 ms of arithmetic.
+ * int64 position into an int64 buffer of the same length. perm is the six-round Feistel
+ * network over 2 * half bits with splitmix64 round functions, cycle-walked into
+ * range(n): exactly what FeistelPermutation computes in Python and NumPy. Both release
+ * the GIL: a table of a million positions is ~10 ms of arithmetic.
+ *
+ * gather(rows, positions) is [rows[p] for p in positions] over a list or tuple and int64
+ * positions, or None when a position is outside range(len(rows)) (Python then indexes,
+ * negative positions included, and raises). It reads a few rows ahead, so the cache
+ * misses of records scattered in memory overlap (~2x faster than itemgetter).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -154,7 +159,63 @@ static PyObject *at(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* Read ahead of the gather: a position's list slot, then its object, then (a dict)
+ * its keys table, each a few rows before it is needed, so that the cache misses of
+ * rows scattered in memory overlap instead of following one another. */
+#define SLOT_AHEAD 24
+#define OBJECT_AHEAD 16
+#define KEYS_AHEAD 8
+
+static PyObject *gather(PyObject *self, PyObject *args) {
+    PyObject *rows;
+    Py_buffer in;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "Oy*", &rows, &in)) return NULL;
+    if (!PyList_CheckExact(rows) && !PyTuple_CheckExact(rows)) {
+        PyBuffer_Release(&in);
+        PyErr_SetString(PyExc_TypeError, "gather() needs a list or a tuple");
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(rows), count = in.len / (Py_ssize_t)sizeof(int64_t);
+    const int64_t *positions = in.buf;
+    if (in.len % (Py_ssize_t)sizeof(int64_t)) {
+        PyBuffer_Release(&in);
+        PyErr_SetString(PyExc_ValueError, "gather() needs int64 positions");
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < count; k++) {
+        if (positions[k] < 0 || positions[k] >= n) { /* Python's indexing decides */
+            PyBuffer_Release(&in);
+            Py_RETURN_NONE;
+        }
+    }
+    PyObject *out = PyList_New(count);
+    if (out == NULL) {
+        PyBuffer_Release(&in);
+        return NULL;
+    }
+    PyObject **items = PySequence_Fast_ITEMS(rows);
+    for (Py_ssize_t k = 0; k < count; k++) {
+        if (k + SLOT_AHEAD < count) __builtin_prefetch(&items[positions[k + SLOT_AHEAD]]);
+        if (k + OBJECT_AHEAD < count) __builtin_prefetch(items[positions[k + OBJECT_AHEAD]], 1);
+        if (k + KEYS_AHEAD < count) {
+            PyObject *ahead = items[positions[k + KEYS_AHEAD]];
+            if (PyDict_CheckExact(ahead)) {
+                const char *keys = (const char *)((PyDictObject *)ahead)->ma_keys;
+                __builtin_prefetch(keys);
+                __builtin_prefetch(keys + 64);
+            }
+        }
+        PyObject *item = items[positions[k]];
+        Py_INCREF(item);
+        PyList_SET_ITEM(out, k, item);
+    }
+    PyBuffer_Release(&in);
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"gather", gather, METH_VARARGS, "[rows[p] for p in positions] (None: a p outside 0..n-1)."},
     {"table", table, METH_VARARGS, "Fill an int32 buffer with the permutation of range(n)."},
     {"at", at, METH_VARARGS, "The permuted values of int64 positions, into an int64 buffer."},
     {NULL, NULL, 0, NULL},

@@ -224,7 +224,12 @@ class PermutedIndexed(IndexedSource):
 
     def get_many(self, indices: Sequence[int]) -> list[Any]:
         """Forward the remapped positions to the parent's bulk read."""
-        return self.parent.get_many(self._permutation().many(indices))
+        from dataio.sources.adapters import SequenceSource
+
+        wanted = self._permutation().array(indices)
+        if isinstance(self.parent, SequenceSource):  # takes the array as it is
+            return self.parent.get_many(wanted)  # type: ignore[arg-type]
+        return self.parent.get_many(wanted.tolist())
 
     def arrow_schema(self) -> Any:
         """The parent's Arrow schema."""

@@ -125,6 +125,47 @@ def test_a_sequence_gathers_any_positions_in_order(rows) -> None:
         source.get_many([1, 100])
 
 
+@settings(max_examples=100, deadline=None)
+@given(rows=st.lists(st.integers() | st.text(max_size=3) | st.none(), min_size=1), data=st.data())
+def test_the_c_gather_equals_indexing(rows: list[Any], data: Any) -> None:
+    wanted = data.draw(st.lists(st.integers(0, len(rows) - 1), max_size=80))
+    for container in (rows, tuple(rows)):
+        got = _permute.gather(container, np.array(wanted, np.int64))
+        assert got == [container[i] for i in wanted] and type(got) is list
+        assert all(a is container[i] for a, i in zip(got, wanted, strict=True))
+
+
+def test_the_c_gather_leaves_bad_positions_to_python() -> None:
+    rows = [{"v": i} for i in range(5)]
+    assert _permute.gather(rows, np.array([1, 5], np.int64)) is None
+    assert _permute.gather(rows, np.array([-1], np.int64)) is None
+    with pytest.raises(TypeError):
+        _permute.gather(iter(rows), np.array([1], np.int64))
+    source = dataio.records(rows)
+    assert source.get_many(np.array([-1, 0])) == [{"v": 4}, {"v": 0}]
+    with pytest.raises(IndexError):
+        source.get_many(np.array([2, 5]))
+
+
+def test_a_dataset_gets_python_ints_from_a_shuffle() -> None:
+    seen: list[list[Any]] = []
+
+    class Bulk:
+        def __len__(self) -> int:
+            return 40
+
+        def __getitem__(self, index: int) -> dict[str, int]:
+            return {"v": index}
+
+        def __getitems__(self, indices: list[int]) -> list[dict[str, int]]:
+            seen.append(list(indices))
+            return [{"v": i} for i in indices]
+
+    shuffled = dataio.records(Bulk(), indexed=True).shuffle(seed=1)
+    assert [r["v"] for r in shuffled.get_many(range(40))] == python_order(40, 1)
+    assert seen == [python_order(40, 1)] and all(type(i) is int for i in seen[0])
+
+
 @settings(max_examples=40, deadline=None)
 @given(n=st.integers(1, 600), seed=st.integers(0, 2**32), batch=st.integers(1, 70))
 def test_a_shuffled_list_delivers_the_permuted_records(n: int, seed: int, batch: int) -> None:
