@@ -7,7 +7,7 @@ position costs a few integer hashes, so shuffling a billion-row index needs no l
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -169,7 +169,8 @@ class PermutedIndexed(IndexedSource):
 
     def __getstate__(self) -> dict[str, Any]:
         # the rows read ahead stay behind (a worker process reads its own)
-        return {**self.__dict__, "_ahead": None}
+        # (narrowed views are rebuilt: they would carry a table's columns twice)
+        return {**self.__dict__, "_ahead": None, "_views": {}}
 
     def at_epoch(self, epoch: int) -> PermutedIndexed:
         """The same shuffle, permuted for ``epoch``."""
@@ -186,27 +187,32 @@ class PermutedIndexed(IndexedSource):
         copy.epoch, copy._perm = self.epoch, self._perm
         return copy
 
-    def narrowed(self, project: Callable[[Any], Any]) -> PermutedIndexed:
-        """This shuffle over a frame's positional view narrowed by ``project``.
-
-        ``project`` maps the frame behind the parent (a frame's ``by_position()`` view)
-        to a frame of fewer columns, or returns it as is; ``self`` when the parent is no
-        frame's view or nothing narrows. Views are kept per column list, for every epoch.
-        """
-        frame = getattr(self.parent, "frame", None)
-        if frame is None or getattr(frame, "by_position", None) is None:
-            return self
-        narrow = project(frame)
-        if narrow is frame:
-            return self
-        key = tuple(narrow.arrow_schema().names)
+    def narrowed(self, columns: list[str]) -> PermutedIndexed:
+        """This shuffle reading only ``columns`` of its parent (an Arrow table, or a
+        frame's positional view); ``self`` for other parents. Views are kept per column
+        list, for every epoch."""
+        key = tuple(columns)
         rows = self._views.get(key)
         if rows is None:
-            rows = narrow.by_position()
-            if rows is None or rows.length() != self.parent.length():
+            rows = self._narrowed_parent(columns)
+            if rows is None:
                 return self
             self._views[key] = rows
         return self.over(rows)
+
+    def _narrowed_parent(self, columns: list[str]) -> IndexedSource | None:
+        from dataio.sources.arrow import ArrowTableSource
+
+        parent = self.parent
+        if isinstance(parent, ArrowTableSource):
+            return parent.select(columns)
+        select = getattr(getattr(parent, "frame", None), "select", None)  # a frame's rows
+        if select is None:
+            return None
+        rows: IndexedSource | None = select(*columns).by_position()
+        if rows is None or rows.length() != parent.length():
+            return None
+        return rows
 
     def _permutation(self) -> FeistelPermutation:
         n = self.parent.length()

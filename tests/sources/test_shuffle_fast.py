@@ -240,6 +240,35 @@ def test_a_shuffled_table_pass_is_the_permuted_table(epoch: int) -> None:
     assert [k for b in batches for k in b["key"].to_pylist()] == [f"k{v}" for v in values]
 
 
+def test_a_shuffled_table_gathers_only_the_plans_columns(monkeypatch) -> None:
+    from dataio.sources.arrow import ArrowTableSource
+
+    gathered: list[list[str]] = []
+    take = ArrowTableSource.take_batch
+
+    def spy(self, positions):
+        batch = take(self, positions)
+        gathered.append(batch.schema.names)
+        return batch
+
+    monkeypatch.setattr(ArrowTableSource, "take_batch", spy)
+    table = table_of(3000).append_column("text", pa.array(["x" * 50] * 3000))
+    source = dataio.records(table).shuffle(seed=5)
+    narrow = dataio.pipeline(dataio.slot("v").passthrough(), dataio.batch(256))
+    with narrow.bind(source).run("numpy") as loader:
+        assert np.concatenate([b["v"] for b in loader]).tolist() == python_order(3000, 5)
+    assert gathered and all(names == ["v", "key"] for names in gathered)
+    gathered.clear()
+    mapped = dataio.pipeline(
+        dataio.map(lambda r: {**r, "n": len(r["text"])}),
+        dataio.slot("n").passthrough(),
+        dataio.batch(256),
+    )
+    with mapped.bind(source).run("numpy") as loader:
+        assert sum(len(b["n"]) for b in loader) == 3000
+    assert gathered and all(names == ["v", "key", "text"] for names in gathered)
+
+
 @pytest.mark.parametrize("shard", [None, {"id": 1, "of": 3}])
 def test_shuffled_table_resumes(shard) -> None:
     source = dataio.records(table_of(3000)).shuffle(seed=1)
