@@ -31,6 +31,8 @@ BLOCK_ROWS = 8192
 READ_AHEAD_BYTES = 4 << 20
 #: ...and at most this many rows
 READ_AHEAD_ROWS = 16384
+#: a shuffled parent stored in blocks whose rows total at most this is read once per pass
+WHOLE_BYTES = 64 << 20
 
 
 def mix(value: int) -> int:
@@ -152,6 +154,10 @@ class PermutedIndexed(IndexedSource):
     A batch read of consecutive pass positions (a loader's block) reads further ahead,
     up to :data:`READ_AHEAD_BYTES`: the parent gathers many rows per call (Arrow's
     ``take`` and a frame's row-group gathers cost per call), later blocks are slices.
+    A parent stored in blocks (a frame's row groups) whose rows total at most
+    :data:`WHOLE_BYTES` is read whole instead, once per pass, in order, when a pass
+    goes past its first block, and gathered from in memory: every shuffled block
+    would otherwise gather from every row group.
     """
 
     def __init__(self, parent: IndexedSource, seed: int, reshuffle: bool = True) -> None:
@@ -164,13 +170,16 @@ class PermutedIndexed(IndexedSource):
         #: (start, stop, batch): the rows of pass positions start..stop-1, read ahead
         self._ahead: tuple[int, int, Any] | None = None
         self._row_bytes = 0.0  # the mean size of a row read, once one was read
+        self._whole: IndexedSource | None = None  # the parent's rows read in one batch
+        self._whole_checked = False
         #: narrowed views of a frame parent by column names (shared by every epoch's copy)
         self._views: dict[tuple[str, ...], IndexedSource] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         # the rows read ahead stay behind (a worker process reads its own)
         # (narrowed views are rebuilt: they would carry a table's columns twice)
-        return {**self.__dict__, "_ahead": None, "_views": {}}
+        state = {**self.__dict__, "_ahead": None, "_views": {}, "_whole": None}
+        return {**state, "_whole_checked": False}
 
     def at_epoch(self, epoch: int) -> PermutedIndexed:
         """The same shuffle, permuted for ``epoch``."""
@@ -251,11 +260,15 @@ class PermutedIndexed(IndexedSource):
         if ahead is not None and ahead[0] <= start and stop <= ahead[1]:
             return ahead[2].slice(start - ahead[0], stop - start)
         count = stop - start
-        if self._row_bytes:
+        if self._row_bytes:  # a pass past its first block: read ahead
+            if not self._whole_checked:
+                self._whole_checked = True
+                self._read_whole()
             count = max(count, min(READ_AHEAD_ROWS, int(READ_AHEAD_BYTES // self._row_bytes)))
         end = min(self.length(), start + count)
         batch = self._take(self._permutation().array(range(start, end)))
-        self._row_bytes = max(batch.nbytes / max(batch.num_rows, 1), 1.0)
+        if not self._row_bytes:
+            self._row_bytes = max(batch.nbytes / max(batch.num_rows, 1), 1.0)
         if end == stop:
             return batch
         self._ahead = (start, end, batch)
@@ -264,7 +277,19 @@ class PermutedIndexed(IndexedSource):
     def _take(self, rows: Any) -> Any:
         # an int64 array, as the loader hands positions to Arrow sources (take_batch's
         # Sequence[int] includes NumPy arrays for every Arrow source)
-        return self.parent.take_batch(rows)
+        return (self._whole or self.parent).take_batch(rows)
+
+    def _read_whole(self) -> None:
+        """Read a small parent stored in blocks at once (see the class docstring)."""
+        import pyarrow as pa
+
+        from dataio.sources.arrow import ArrowTableSource
+
+        n = self.parent.length()
+        if isinstance(self.parent, ArrowTableSource) or n * self._row_bytes > WHOLE_BYTES:
+            return  # a table gathers from memory already; a large parent is read by block
+        rows = pa.Table.from_batches([self.parent.take_batch(range(n))])
+        self._whole = ArrowTableSource(rows, mode="shuffled", what="the shuffled rows")
 
     def iterate_batches(self) -> Iterator[Any]:
         """The permuted rows as record batches, gathered block by block from the parent."""

@@ -186,7 +186,8 @@ def table_of(n: int) -> pa.Table:
 
 
 @pytest.mark.parametrize("n", [1, 300, 5000])
-def test_consecutive_reads_are_slices_of_one_read_ahead(n: int) -> None:
+def test_consecutive_reads_are_slices_of_one_read_ahead(monkeypatch, n: int) -> None:
+    monkeypatch.setattr(permutation, "WHOLE_BYTES", 0)  # a parent too large to read whole
     parent = TableSource(table_of(n))
     shuffled = PermutedIndexed(parent, seed=4)
     order = python_order(n, 4)
@@ -205,7 +206,24 @@ def test_consecutive_reads_are_slices_of_one_read_ahead(n: int) -> None:
     assert parent.taken[-1] == [order[3 % n], order[0], order[3 % n]]
 
 
+@pytest.mark.parametrize("n", [129, 300, 5000])
+def test_a_small_parent_is_read_whole_once_a_pass_goes_on(n: int) -> None:
+    """A parent stored in blocks: the first block as asked, then every row in order."""
+    parent = TableSource(table_of(n))
+    shuffled = PermutedIndexed(parent, seed=9)
+    order = python_order(n, 9)
+    got = []
+    for start in range(0, n, 64):
+        got += shuffled.take_batch(np.arange(start, min(start + 64, n))).column("v").to_pylist()
+    assert got == order
+    assert parent.taken == [order[:64], list(range(n))]
+    random = [n - 1, 0, 3 % n]
+    assert shuffled.take_batch(random).column("v").to_pylist() == [order[i] for i in random]
+    assert len(parent.taken) == 2  # later reads gather from the rows read whole
+
+
 def test_read_ahead_is_bounded_by_bytes(monkeypatch) -> None:
+    monkeypatch.setattr(permutation, "WHOLE_BYTES", 0)
     monkeypatch.setattr(permutation, "READ_AHEAD_BYTES", 4096)
     big = pa.table({"blob": pa.array([bytes(1000)] * 200), "v": pa.array(range(200))})
     parent = TableSource(big)
