@@ -156,7 +156,7 @@ class PermutedIndexed(IndexedSource):
     ``take`` and a frame's row-group gathers cost per call), later blocks are slices.
     A parent stored in blocks (a frame's row groups) whose rows total at most
     :data:`WHOLE_BYTES` is read whole instead, once per pass, in order, when a pass
-    goes past its first block, and gathered from in memory: every shuffled block
+    goes past its first read, and gathered from in memory: every shuffled block
     would otherwise gather from every row group.
     """
 
@@ -252,27 +252,31 @@ class PermutedIndexed(IndexedSource):
 
     def take_batch(self, positions: Sequence[int]) -> Any:
         """The parent's batch read of the remapped positions (consecutive ones read ahead)."""
+        if self._row_bytes and not self._whole_checked:  # a pass past its first read
+            self._whole_checked = True
+            self._read_whole()
         run = _run(positions)
         if run is None:
-            return self._take(self._permutation().array(positions))
+            return self._measured(self._take(self._permutation().array(positions)))
         start, stop = run
         ahead = self._ahead  # one read of the attribute: a racing reader only reads again
         if ahead is not None and ahead[0] <= start and stop <= ahead[1]:
             return ahead[2].slice(start - ahead[0], stop - start)
         count = stop - start
-        if self._row_bytes:  # a pass past its first block: read ahead
-            if not self._whole_checked:
-                self._whole_checked = True
-                self._read_whole()
+        if self._row_bytes:  # read ahead
             count = max(count, min(READ_AHEAD_ROWS, int(READ_AHEAD_BYTES // self._row_bytes)))
         end = min(self.length(), start + count)
-        batch = self._take(self._permutation().array(range(start, end)))
-        if not self._row_bytes:
-            self._row_bytes = max(batch.nbytes / max(batch.num_rows, 1), 1.0)
+        batch = self._measured(self._take(self._permutation().array(range(start, end))))
         if end == stop:
             return batch
         self._ahead = (start, end, batch)
         return batch.slice(0, stop - start)
+
+    def _measured(self, batch: Any) -> Any:
+        """``batch``, its mean row size noted if none was yet."""
+        if not self._row_bytes and batch.num_rows:
+            self._row_bytes = max(batch.nbytes / batch.num_rows, 1.0)
+        return batch
 
     def _take(self, rows: Any) -> Any:
         # an int64 array, as the loader hands positions to Arrow sources (take_batch's

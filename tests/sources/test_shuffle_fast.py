@@ -222,6 +222,23 @@ def test_a_small_parent_is_read_whole_once_a_pass_goes_on(n: int) -> None:
     assert len(parent.taken) == 2  # later reads gather from the rows read whole
 
 
+@pytest.mark.parametrize("whole", [True, False])
+def test_scattered_reads_of_a_small_parent_read_it_whole(monkeypatch, whole: bool) -> None:
+    """A rank's round-robin positions are scattered: the second read reads every row."""
+    if not whole:
+        monkeypatch.setattr(permutation, "WHOLE_BYTES", 0)
+    parent = TableSource(table_of(90))
+    shuffled = PermutedIndexed(parent, seed=2)
+    order = python_order(90, 2)
+    rank = list(range(1, 90, 3))  # rank 1 of 3
+    reads = [rank[i : i + 10] for i in range(0, 30, 10)]
+    for wanted in reads:
+        got = shuffled.take_batch(np.array(wanted)).column("v").to_pylist()
+        assert got == [order[i] for i in wanted]
+    firsts = [[order[i] for i in wanted] for wanted in reads]
+    assert parent.taken == ([firsts[0], list(range(90))] if whole else firsts)
+
+
 def test_read_ahead_is_bounded_by_bytes(monkeypatch) -> None:
     monkeypatch.setattr(permutation, "WHOLE_BYTES", 0)
     monkeypatch.setattr(permutation, "READ_AHEAD_BYTES", 4096)
