@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
@@ -35,7 +36,14 @@ if TYPE_CHECKING:
 
     from dataio.frame import LazyFrame
 
-__all__ = ["Addressed", "FrameRows", "ShardPositions", "addressable", "frame_rows"]
+__all__ = [
+    "Addressed",
+    "FrameRows",
+    "ShardPositions",
+    "addressable",
+    "frame_rows",
+    "reads_in_flight",
+]
 
 #: Bytes of decoded blocks a :class:`FrameRows` keeps (least recently used first out):
 #: consecutive batches of an unshuffled pass fall in the same row group, which is then
@@ -46,7 +54,34 @@ CACHE_BYTES = 256 << 20
 #: hold a descriptor for each.
 OPEN_FILES = 64
 
+#: Blocks a sequential pass (:meth:`FrameRows.stream_run`) reads ahead of the one it
+#: delivers, on dataio's pool: on two cores the next row groups decode while this one is
+#: delivered. A pass holds at most ``READ_AHEAD + 1`` decoded blocks.
+READ_AHEAD = 2
+
 _FORMATS = ("parquet", "feather")
+POOL_THREADS = "dataio-cpu"  # the name prefix of dataio's pool threads (engine/pool.py)
+_inflight: set[Future[Any]] = set()
+_inflight_lock = threading.Lock()
+
+
+def reads_in_flight() -> int:
+    """Block reads submitted ahead to dataio's pool and not finished (all frames)."""
+    with _inflight_lock:
+        return len(_inflight)
+
+
+def _track(future: Future[Any]) -> None:
+    with _inflight_lock:
+        _inflight.add(future)
+    future.add_done_callback(_untrack)
+
+
+def _untrack(future: Future[Any]) -> None:
+    with _inflight_lock:
+        _inflight.discard(future)
+
+
 _MAX_ROWS = 1 << 62
 
 
@@ -275,15 +310,68 @@ class FrameRows(IndexedSource):
             yield from batch.to_pylist()
 
     def iterate_batches(self) -> Iterator[pa.RecordBatch]:
-        """The rows in position order, one record batch (or more) per block."""
-        first, count = self.addressed.offset, self.length()
-        for block in self._layout():
-            lo, hi = max(block.start, first), min(block.start + block.rows, first + count)
-            if lo >= hi:
-                continue
-            table = self._read(block.file, [block.index])[0]
-            for batch in table.slice(lo - block.start, hi - lo).to_batches():
-                yield self._computed(batch)
+        """The rows in position order, one record batch per block (read ahead)."""
+        for _, batch in self.stream_run(0, self.length()):
+            yield batch
+
+    def stream_run(self, start: int, stop: int) -> Iterator[tuple[int, pa.RecordBatch]]:
+        """Positions ``start .. stop - 1`` in order: ``(first position, batch)`` per block.
+
+        A sequential pass reads whole blocks (no per-batch positional read) and reads the
+        next :data:`READ_AHEAD` blocks on dataio's pool while the caller consumes this
+        one, so decoding overlaps delivery. Blocks are read once and not cached (a pass
+        does not come back to them). Closing the iterator (``break``, a closed loader)
+        cancels the reads not started and waits for the running ones: nothing is left
+        on the pool. An error reading a block is raised when the pass reaches it.
+
+        Example:
+            >>> rows = dataio.scan_parquet("t.parquet").by_position()  # doctest: +SKIP
+            >>> for first, batch in rows.stream_run(0, rows.length()): ...  # doctest: +SKIP
+        """
+        n = self.length()
+        if start >= stop:
+            return
+        _check_range(start, stop - 1, n)
+        low, high = start + self.addressed.offset, stop + self.addressed.offset
+        blocks = self._layout()
+        first = bisect.bisect_right(self._start_list, low) - 1
+        last = bisect.bisect_right(self._start_list, high - 1) - 1
+        wanted = blocks[first : last + 1]
+        ahead: deque[Future[pa.RecordBatch]] = deque()
+        submitted = 0
+        try:
+            for block in wanted:
+                while submitted < len(wanted) and len(ahead) <= READ_AHEAD:
+                    ahead.append(self._read_ahead(wanted[submitted]))
+                    submitted += 1
+                batch = ahead.popleft().result()
+                lo, hi = max(block.start, low), min(block.start + block.rows, high)
+                if lo > block.start or hi < block.start + block.rows:
+                    batch = batch.slice(lo - block.start, hi - lo)
+                yield lo - self.addressed.offset, self._computed(batch)
+        finally:
+            for future in ahead:
+                future.cancel()
+            if not threading.current_thread().name.startswith(POOL_THREADS):
+                wait(ahead)  # (a pool thread collecting the pass must not wait for itself)
+
+    def _read_ahead(self, block: _Block) -> Future[pa.RecordBatch]:
+        """``block`` decoded on dataio's pool (or taken from the cache)."""
+        with self._lock:
+            cached = self._cache.get((block.file, block.index))
+        if cached is not None:
+            done: Future[pa.RecordBatch] = Future()
+            done.set_result(cached)
+            return done
+        from dataio.engine.pool import cpu_pool
+
+        future = cpu_pool().submit(self._read_block, block)
+        _track(future)
+        return future
+
+    def _read_block(self, block: _Block) -> pa.RecordBatch:
+        table = self._read(block.file, [block.index])[0]
+        return _one_batch(table, self._base)
 
     # -- positional reads ------------------------------------------------------------------
 
