@@ -370,7 +370,7 @@ class FrameRows(IndexedSource):
         return future
 
     def _read_block(self, block: _Block) -> pa.RecordBatch:
-        table = self._read(block.file, [block.index])[0]
+        table = self._read(block.file, [block.index], pooled=True)[0]
         return _one_batch(table, self._base)
 
     # -- positional reads ------------------------------------------------------------------
@@ -552,8 +552,11 @@ class FrameRows(IndexedSource):
                 _, old = self._cache.popitem(last=False)
                 self._cached_bytes -= old.nbytes
 
-    def _read(self, file: int, indices: list[int]) -> list[pa.Table]:
-        """Blocks ``indices`` of file ``file``, projected, renamed and typed as the frame."""
+    def _read(self, file: int, indices: list[int], *, pooled: bool = False) -> list[pa.Table]:
+        """Blocks ``indices`` of file ``file``, projected, renamed and typed as the frame.
+
+        ``pooled``: read on one of dataio's pool threads (the pool spreads the reads).
+        """
         import pyarrow as pa
 
         from dataio.formats._arrow import open_error
@@ -562,7 +565,7 @@ class FrameRows(IndexedSource):
         path = scan.files[file]
         try:
             if scan.format == "parquet":
-                tables = self._read_parquet(file, indices)
+                tables = self._read_parquet(file, indices, pooled=pooled)
             else:
                 tables = self._read_feather(file, indices)
         except FileNotFoundError:
@@ -577,7 +580,7 @@ class FrameRows(IndexedSource):
         columns = self.addressed.columns
         return None if columns is None else list(dict.fromkeys(src for src, _ in columns))
 
-    def _read_parquet(self, file: int, indices: list[int]) -> list[pa.Table]:
+    def _read_parquet(self, file: int, indices: list[int], *, pooled: bool) -> list[pa.Table]:
         import pyarrow.parquet as pq
 
         from dataio import limits
@@ -600,8 +603,10 @@ class FrameRows(IndexedSource):
             )
         names = set(metadata.schema.to_arrow_schema().names)
         columns = None if wanted is None else [c for c in wanted if c in names]
-        with pq.ParquetFile(path, metadata=metadata) as reader:
-            table = reader.read_row_groups(indices, columns=columns)
+        # On the pool, one thread per row group: Arrow's own threads would oversubscribe
+        # the cores, and a memory map saves a copy (row groups of JPEGs read ~15% faster)
+        with pq.ParquetFile(path, metadata=metadata, memory_map=pooled) as reader:
+            table = reader.read_row_groups(indices, columns=columns, use_threads=not pooled)
         out, first = [], 0
         for index in indices:  # one read, split back into its row groups (no copy)
             rows = metadata.row_group(index).num_rows
@@ -695,7 +700,8 @@ def _base_schema(addressed: Addressed) -> pa.Schema:
 def _one_batch(table: pa.Table, schema: pa.Schema) -> pa.RecordBatch:
     import pyarrow as pa
 
-    arrays = [column.combine_chunks() for column in table.columns]
+    # combine_chunks copies even a single chunk (29 ms for a row group of 256 JPEGs)
+    arrays = [c.chunk(0) if c.num_chunks == 1 else c.combine_chunks() for c in table.columns]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 

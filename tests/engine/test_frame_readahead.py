@@ -252,3 +252,28 @@ def test_padding_of_a_shard_is_read_by_position(files: dict[str, Any]) -> None:
     assert len(positions.padding) == 1
     got = delivered(frame_of(files, "parquet"), 7, shard={"id": 2, "of": world})
     assert [i for b in got for i in b[1]] == list(positions)
+
+
+def test_batches_of_a_pass_share_their_row_group_buffers(files: dict[str, Any]) -> None:
+    from dataio.engine.frame_rows import _one_batch
+    from dataio.engine.stream import ShardSpec, plan_chunks
+
+    table = pq.ParquetFile(files["parquet"][0]).read_row_groups([0])
+    batch = _one_batch(table, table.schema)  # a single chunk is taken as is, not copied
+    for column, chunks in zip(batch.columns, table.columns, strict=True):
+        assert column.buffers()[-1].address == chunks.chunk(0).buffers()[-1].address
+
+    frame = scan_parquet(files["parquet"])
+    chunks = list(plan_chunks(frame, dataio.batch(8), ShardSpec()))
+    within = [c for c in chunks if c.parent is not None]
+    groups = sum(len(sizes) for sizes in GROUPS.values())
+    assert len(within) >= len(chunks) - groups  # chunks across two row groups aside
+    for chunk in within:
+        blob = chunk.batch.column("blob")
+        assert blob.buffers()[2].address == chunk.parent.column("blob").buffers()[2].address
+        assert (
+            blob.to_pylist()
+            == files["table"]
+            .column("blob")
+            .to_pylist()[chunk.positions[0] : chunk.positions[-1] + 1]
+        )
