@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -159,59 +161,89 @@ def test_a_resumed_pass_delivers_the_rest(files: dict[str, Any]) -> None:
 
 
 @pytest.fixture
-def slow_reads(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """Block reads that take a while, counted: started, running at once (max)."""
-    seen: dict[str, Any] = {"started": 0, "running": 0, "most": 0, "lock": threading.Lock()}
+def gated_reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """Block reads counted as they start; all but the first wait for ``gate`` to open."""
+    seen: dict[str, Any] = {"started": 0, "running": 0, "lock": threading.Lock()}
+    gate = seen["gate"] = threading.Event()
     read = FrameRows._read_block
 
-    def slow(self: FrameRows, block: Any) -> pa.RecordBatch:
+    def gated(self: FrameRows, block: Any) -> pa.RecordBatch:
         with seen["lock"]:
             seen["started"] += 1
             seen["running"] += 1
-            seen["most"] = max(seen["most"], seen["running"])
         try:
-            time.sleep(0.02)
+            if block.start:
+                assert gate.wait(10), "the test never opened the gate"
             return read(self, block)
         finally:
             with seen["lock"]:
                 seen["running"] -= 1
 
-    monkeypatch.setattr(FrameRows, "_read_block", slow)
-    return seen
+    monkeypatch.setattr(FrameRows, "_read_block", gated)
+    yield seen
+    gate.set()
 
 
-def test_reads_ahead_are_bounded(files: dict[str, Any], slow_reads: dict[str, Any]) -> None:
+def wait_for(condition: Any) -> None:
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+def test_reads_ahead_are_bounded(files: dict[str, Any], gated_reads: dict[str, Any]) -> None:
     rows = rows_of(frame_of(files, "parquet"))
     stream = rows.stream_run(0, TOTAL)
     next(stream)
-    time.sleep(0.1)  # let the reads ahead finish: no more are started until asked
-    assert slow_reads["started"] == 1 + READ_AHEAD
+    wait_for(lambda: gated_reads["started"] == 1 + READ_AHEAD)
+    time.sleep(0.05)
+    assert gated_reads["started"] == 1 + READ_AHEAD  # no more until the pass moves on
+    assert reads_in_flight() == READ_AHEAD
+    gated_reads["gate"].set()
     stream.close()
     assert reads_in_flight() == 0
 
 
-def test_breaking_out_of_a_pass_leaves_no_reads(
-    files: dict[str, Any], slow_reads: dict[str, Any]
+def test_closing_a_loader_mid_pass_leaves_no_reads(
+    files: dict[str, Any], gated_reads: dict[str, Any]
 ) -> None:
-    with plan(16).bind(frame_of(files, "parquet")).run("numpy") as loader:
-        for _ in loader:
-            assert reads_in_flight() > 0  # the next row groups are being read
-            break
+    # batches of 10: the first two (the loader reads one ahead) lie in row group 0
+    loader = plan(10).bind(frame_of(files, "parquet")).run("numpy")
+    batches = iter(loader)  # held: its pass is not collected, the loader must end it
+    next(batches)
+    assert reads_in_flight() > 0  # the next row groups are being read
+    opener = threading.Timer(0.1, gated_reads["gate"].set)
+    opener.start()
+    loader.close()  # ends the pass's chunk stream: the reads ahead were waited for
     assert reads_in_flight() == 0
-    assert slow_reads["running"] == 0
+    opener.join()
+    assert gated_reads["running"] == 0
     groups = sum(len(sizes) for sizes in GROUPS.values())
-    assert slow_reads["started"] < groups  # the rest never read
+    assert gated_reads["started"] <= 1 + READ_AHEAD < groups  # the rest never read
 
 
 def test_closing_a_stream_cancels_queued_reads(
-    files: dict[str, Any], slow_reads: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    files: dict[str, Any], gated_reads: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(frame_rows, "READ_AHEAD", 5)
-    rows = rows_of(frame_of(files, "parquet"))
-    stream = rows.stream_run(0, TOTAL)
-    next(stream)
-    stream.close()
-    assert reads_in_flight() == 0 and slow_reads["running"] == 0
+    from dataio.engine import pool
+
+    one = ThreadPoolExecutor(1, thread_name_prefix="dataio-cpu")
+    monkeypatch.setattr(pool, "_pool", one)
+    monkeypatch.setattr(frame_rows, "READ_AHEAD", 4)
+    try:
+        rows = rows_of(frame_of(files, "parquet"))
+        stream = rows.stream_run(0, TOTAL)
+        next(stream)  # block 0 read; block 1 waits at the gate, blocks 2..4 are queued
+        wait_for(lambda: gated_reads["started"] == 2)
+        opener = threading.Timer(0.1, gated_reads["gate"].set)
+        opener.start()
+        stream.close()  # cancels the queued reads, waits for the running one
+        opener.join()
+        assert reads_in_flight() == 0 and gated_reads["running"] == 0
+        time.sleep(0.05)
+        assert gated_reads["started"] == 2  # the queued reads never ran
+    finally:
+        one.shutdown()
 
 
 def test_an_error_ahead_is_raised_when_reached(
