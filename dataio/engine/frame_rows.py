@@ -24,6 +24,7 @@ import threading
 from collections import OrderedDict, deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, wait
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
@@ -337,41 +338,76 @@ class FrameRows(IndexedSource):
         first = bisect.bisect_right(self._start_list, low) - 1
         last = bisect.bisect_right(self._start_list, high - 1) - 1
         wanted = blocks[first : last + 1]
-        ahead: deque[Future[pa.RecordBatch]] = deque()
+        ahead: deque[tuple[Future[Any], Any]] = deque()
         submitted = 0
         try:
             for block in wanted:
                 while submitted < len(wanted) and len(ahead) <= READ_AHEAD:
                     ahead.append(self._read_ahead(wanted[submitted]))
                     submitted += 1
-                batch = ahead.popleft().result()
+                batch = self._block_of(block, ahead.popleft())
                 lo, hi = max(block.start, low), min(block.start + block.rows, high)
                 if lo > block.start or hi < block.start + block.rows:
                     batch = batch.slice(lo - block.start, hi - lo)
                 yield lo - self.addressed.offset, self._computed(batch)
         finally:
-            for future in ahead:
+            for future, _ in ahead:
                 future.cancel()
             if not threading.current_thread().name.startswith(POOL_THREADS):
-                wait(ahead)  # (a pool thread collecting the pass must not wait for itself)
+                # (a pool thread collecting the pass must not wait for itself)
+                wait([future for future, _ in ahead])
+                for _, reader in ahead:
+                    if reader is not None:
+                        reader.close()
 
-    def _read_ahead(self, block: _Block) -> Future[pa.RecordBatch]:
-        """``block`` decoded on dataio's pool (or taken from the cache)."""
+    def _read_ahead(self, block: _Block) -> tuple[Future[Any], Any]:
+        """``block`` read on dataio's pool (or taken from the cache): a batch or a table,
+        and the Parquet reader to close once it is read.
+
+        The caller's thread checks limits and opens the file; the pool thread only runs
+        the read, which releases the GIL: each time a pool thread takes the GIL back it
+        may wait out the interpreter's switch interval (5 ms) while the caller runs
+        Python, so the pool's side makes as few round trips as it can.
+        """
         with self._lock:
             cached = self._cache.get((block.file, block.index))
         if cached is not None:
-            done: Future[pa.RecordBatch] = Future()
+            done: Future[Any] = Future()
             done.set_result(cached)
-            return done
+            return done, None
         from dataio.engine.pool import cpu_pool
 
-        future = cpu_pool().submit(self._read_block, block)
+        opened = None
+        if self.addressed.scan.format == "parquet":
+            with self._mapped_errors(block.file):
+                opened = self._parquet_file(block.file, [block.index], pooled=True)
+        future = cpu_pool().submit(self._read_block, block, opened)
         _track(future)
-        return future
+        return future, None if opened is None else opened[0]
 
-    def _read_block(self, block: _Block) -> pa.RecordBatch:
-        table = self._read(block.file, [block.index], pooled=True)[0]
-        return _one_batch(table, self._base)
+    def _read_block(self, block: _Block, opened: Any) -> pa.Table:
+        """The pool's part of a read ahead: ``opened`` (a Parquet reader) read, or a
+        Feather block."""
+        if opened is None:
+            return self._read_feather(block.file, [block.index])[0]
+        reader, columns = opened
+        return reader.read_row_groups([block.index], columns=columns, use_threads=False)
+
+    def _block_of(self, block: _Block, ahead: tuple[Future[Any], Any]) -> pa.RecordBatch:
+        """The block a read ahead gives, as the frame types it."""
+        import pyarrow as pa
+
+        future, reader = ahead
+        try:
+            with self._mapped_errors(block.file):
+                found = future.result()
+        finally:
+            if reader is not None:
+                reader.close()
+        if isinstance(found, pa.RecordBatch):  # from the cache
+            return found
+        path = self.addressed.scan.files[block.file]
+        return _one_batch(self._conform(found, path), self._base)
 
     # -- positional reads ------------------------------------------------------------------
 
@@ -552,11 +588,19 @@ class FrameRows(IndexedSource):
                 _, old = self._cache.popitem(last=False)
                 self._cached_bytes -= old.nbytes
 
-    def _read(self, file: int, indices: list[int], *, pooled: bool = False) -> list[pa.Table]:
-        """Blocks ``indices`` of file ``file``, projected, renamed and typed as the frame.
+    def _read(self, file: int, indices: list[int]) -> list[pa.Table]:
+        """Blocks ``indices`` of file ``file``, projected, renamed and typed as the frame."""
+        scan = self.addressed.scan
+        with self._mapped_errors(file):
+            if scan.format == "parquet":
+                tables = self._read_parquet(file, indices)
+            else:
+                tables = self._read_feather(file, indices)
+        return [self._conform(table, scan.files[file]) for table in tables]
 
-        ``pooled``: read on one of dataio's pool threads (the pool spreads the reads).
-        """
+    @contextmanager
+    def _mapped_errors(self, file: int) -> Iterator[None]:
+        """Errors reading file ``file`` as dataio's (naming the file)."""
         import pyarrow as pa
 
         from dataio.formats._arrow import open_error
@@ -564,23 +608,35 @@ class FrameRows(IndexedSource):
         scan = self.addressed.scan
         path = scan.files[file]
         try:
-            if scan.format == "parquet":
-                tables = self._read_parquet(file, indices, pooled=pooled)
-            else:
-                tables = self._read_feather(file, indices)
+            yield
         except FileNotFoundError:
             raise NotFoundError(f"{scan.label()}: the file {path!r} is gone") from None
         except pa.ArrowException as exc:
             raise FormatError(f"{scan.label()}: cannot read {path!r}: {exc}") from None
         except OSError as exc:
             raise open_error(exc, path, scan.label()) from None
-        return [self._conform(table, path) for table in tables]
 
     def _file_columns(self) -> list[str] | None:
         columns = self.addressed.columns
         return None if columns is None else list(dict.fromkeys(src for src, _ in columns))
 
-    def _read_parquet(self, file: int, indices: list[int], *, pooled: bool) -> list[pa.Table]:
+    def _read_parquet(self, file: int, indices: list[int]) -> list[pa.Table]:
+        metadata = self._metadata[file]
+        reader, columns = self._parquet_file(file, indices, pooled=False)
+        with reader:
+            table = reader.read_row_groups(indices, columns=columns)
+        out, first = [], 0
+        for index in indices:  # one read, split back into its row groups (no copy)
+            rows = metadata.row_group(index).num_rows
+            out.append(table.slice(first, rows))
+            first += rows
+        return out
+
+    def _parquet_file(
+        self, file: int, indices: list[int], *, pooled: bool
+    ) -> tuple[Any, list[str] | None]:
+        """File ``file`` opened to read row groups ``indices`` (within the decode limit),
+        and the columns to read."""
         import pyarrow.parquet as pq
 
         from dataio import limits
@@ -603,16 +659,9 @@ class FrameRows(IndexedSource):
             )
         names = set(metadata.schema.to_arrow_schema().names)
         columns = None if wanted is None else [c for c in wanted if c in names]
-        # On the pool, one thread per row group: Arrow's own threads would oversubscribe
-        # the cores, and a memory map saves a copy (row groups of JPEGs read ~15% faster)
-        with pq.ParquetFile(path, metadata=metadata, memory_map=pooled) as reader:
-            table = reader.read_row_groups(indices, columns=columns, use_threads=not pooled)
-        out, first = [], 0
-        for index in indices:  # one read, split back into its row groups (no copy)
-            rows = metadata.row_group(index).num_rows
-            out.append(table.slice(first, rows))
-            first += rows
-        return out
+        # Read on the pool (one thread per row group, no Arrow threads to oversubscribe
+        # the cores), a memory map saves a copy: row groups of JPEGs read ~15% faster
+        return pq.ParquetFile(path, metadata=metadata, memory_map=pooled), columns
 
     def _read_feather(self, file: int, indices: list[int]) -> list[pa.Table]:
         import pyarrow as pa

@@ -167,14 +167,14 @@ def gated_reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     gate = seen["gate"] = threading.Event()
     read = FrameRows._read_block
 
-    def gated(self: FrameRows, block: Any) -> pa.RecordBatch:
+    def gated(self: FrameRows, block: Any, *opened: Any) -> pa.Table:
         with seen["lock"]:
             seen["started"] += 1
             seen["running"] += 1
         try:
             if block.start:
                 assert gate.wait(10), "the test never opened the gate"
-            return read(self, block)
+            return read(self, block, *opened)
         finally:
             with seen["lock"]:
                 seen["running"] -= 1
@@ -251,10 +251,10 @@ def test_an_error_ahead_is_raised_when_reached(
 ) -> None:
     read = FrameRows._read_block
 
-    def failing(self: FrameRows, block: Any) -> pa.RecordBatch:
+    def failing(self: FrameRows, block: Any, *opened: Any) -> pa.Table:
         if block.start >= 90:
             raise FormatError(f"row group {block.index} is damaged")
-        return read(self, block)
+        return read(self, block, *opened)
 
     monkeypatch.setattr(FrameRows, "_read_block", failing)
     ids: list[int] = []
