@@ -7,9 +7,11 @@ such positions without DataFusion, touching only the *blocks* that hold them: Pa
 groups (``ParquetFile.read_row_groups`` with the projected columns) or Feather record
 batches (from a memory map, no copy for uncompressed files). Shuffles permute positions
 (:class:`dataio.sources.permutation.PermutedIndexed`) and shards take contiguous position
-ranges (:meth:`FrameRows.shard_positions`), so neither reads the whole frame. Columns
-that compute values (``col("x") * 2``, an op chain) are evaluated by DataFusion on each
-batch read, after the read.
+ranges (:meth:`FrameRows.shard_positions`), so neither reads the whole frame. A pass in
+position order (unshuffled, or a rank's run) streams whole blocks instead
+(:meth:`FrameRows.stream_run`), reading the next :data:`READ_AHEAD` on dataio's pool while
+the caller delivers this one. Columns that compute values (``col("x") * 2``, an op chain)
+are evaluated by DataFusion on each batch read, after the read.
 
 Filters, joins, SQL, sorts and aggregates change which rows exist or their order; those
 frames, remote ones (``s3://`` and other object stores: their scans are
