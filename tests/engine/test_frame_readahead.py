@@ -309,3 +309,11 @@ def test_batches_of_a_pass_share_their_row_group_buffers(files: dict[str, Any]) 
             .column("blob")
             .to_pylist()[chunk.positions[0] : chunk.positions[-1] + 1]
         )
+
+
+def test_computed_columns_run_on_whole_row_groups(files: dict[str, Any]) -> None:
+    frame = scan_parquet(files["parquet"]).with_columns(twice=dataio.col("id") * 2)
+    pipe = dataio.pipeline(dataio.slot("twice").passthrough(), dataio.batch(16))
+    with pipe.bind(frame).run("numpy") as loader:
+        got = [i for batch in loader for i in batch["twice"].tolist()]
+    assert got == [2 * i for i in files["table"].column("id").to_pylist()]
