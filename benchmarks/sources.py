@@ -25,7 +25,9 @@ decoding: the cost is the source and the engine, nothing else.
   contender this dataio refuses is reported as ``unsupported: <error>`` and left out.
 
 Targets (issue #14), judged against ``DataLoader nw=0`` over the list of dicts: Arrow and
-frame sources >= 10x, the list of dicts >= 1.5x.
+frame sources >= 10x, the list of dicts >= 1.5x. Shuffled passes (the list, the Arrow
+table and the frame, each ``.shuffle(seed=0)``) against ``DataLoader nw=0 shuffle``: the
+list >= 1.5x, the Arrow table >= 5x.
 
 Part 2, WebDataset tar shards of small ``.jpg``-like payloads and ``.cls`` labels, read
 and batched by 256 without decoding: ``dataio.webdataset`` vs the ``webdataset`` package
@@ -84,6 +86,10 @@ FLOOR_PASSES = 3  # the floors report the fastest pass (a first pass opens files
 # issue #14's targets, as multiples of DataLoader(num_workers=0) over the list of dicts
 TARGET_ARROW = 10.0
 TARGET_LIST = 1.5
+# shuffled passes, as multiples of DataLoader(num_workers=0, shuffle=True) over the list
+TARGET_SHUFFLED_LIST = 1.5
+TARGET_SHUFFLED_ARROW = 5.0
+SHUFFLED = "shuffle(seed=0)"
 ARROW_TABLE = "dataio arrow table"
 PARQUET_FRAME = "dataio parquet frame"
 PACKAGES = ("numpy", "pyarrow", "datafusion", "torch", "psutil", "webdataset")
@@ -256,6 +262,11 @@ def record_contenders(
             mine,
         ),
         *(Contender(name, ours(make), n) for name, make in arrow.items()),
+        Contender(f"dataio list {SHUFFLED}", ours(lambda: dataio.records(rows).shuffle(seed=0)), n),
+        *(
+            Contender(f"{name} {SHUFFLED}", ours(lambda make=make: make().shuffle(seed=0)), n)
+            for name, make in arrow.items()
+        ),
     ]
 
 
@@ -313,12 +324,19 @@ def arrow_targets(contenders: Sequence[Contender]) -> list[str]:
     """Issue #14's targets against ``DataLoader nw=0``, met or not."""
     by_name = {c.name: c for c in contenders}
     base = by_name["DataLoader nw=0"]
+    shuffled = by_name["DataLoader nw=0 shuffle"]
     return [
         target_line(by_name.get(name), base, goal, f"{name} vs DataLoader nw=0")
         for name, goal in (
             (ARROW_TABLE, TARGET_ARROW),
             (PARQUET_FRAME, TARGET_ARROW),
             ("dataio list", TARGET_LIST),
+        )
+    ] + [
+        target_line(by_name.get(name), shuffled, goal, f"{name} vs DataLoader nw=0 shuffle")
+        for name, goal in (
+            (f"dataio list {SHUFFLED}", TARGET_SHUFFLED_LIST),
+            (f"{ARROW_TABLE} {SHUFFLED}", TARGET_SHUFFLED_ARROW),
         )
     ]
 

@@ -22,8 +22,11 @@ class Batch(Mapping[str, Any]):
     * Arrow rows (sources with an Arrow schema): integer and floating columns without
       nulls are NumPy arrays of their Arrow type (``int64`` labels, ``float32`` scores;
       a zero-copy, read-only view of the Arrow buffer; a tensor under ``run("torch")``),
-      booleans without nulls a ``bool`` array; strings, binary, nested and temporal
-      columns and any column with nulls stay a ``pyarrow.Array``.
+      booleans without nulls a ``bool`` array; ``fixed_shape_tensor`` columns without
+      nulls (a frame's op chain, ``with_columns(x=col("jpeg").image.decode()...)``) an
+      array ``[n, *shape]`` of their value type (zero-copy over the storage's values;
+      a tensor under ``run("torch")``); strings, binary, nested and temporal columns
+      and any column with nulls stay a ``pyarrow.Array``.
 
     Rows that failed under ``on_failure="skip"`` are not in the columns; their errors
     are in :attr:`errors`.

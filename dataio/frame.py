@@ -1,10 +1,10 @@
 """Lazy frames: ``scan_*`` results and ``sql()``, run by DataFusion, usable as record sources.
 
 A :class:`LazyFrame` is a value: every method returns a new frame and nothing reads data
-until a terminal runs (``collect``, ``collect_arrow_reader``, ``to_polars``, iteration,
-``__arrow_c_stream__``, ``explain``). Building a frame reads each scan's schema from its
-first file's metadata and checks the plan against it, so an unknown column fails where
-it is written.
+until a terminal runs (``collect``, ``collect_arrow_reader``, ``to_polars``,
+``to_torch``/``to_numpy``, iteration, ``__arrow_c_stream__``, ``explain``). Building a
+frame reads each scan's schema from its first file's metadata and checks the plan
+against it, so an unknown column fails where it is written.
 
 Example:
     >>> rows = (dataio.scan_parquet("/data/shards/*.parquet")  # doctest: +SKIP
@@ -48,6 +48,8 @@ from dataio.sources.base import IndexedSource, Source
 if TYPE_CHECKING:
     import polars
     import pyarrow as pa
+
+    from dataio.loader import Loader
 
 __all__ = [
     "ArrowStream",
@@ -297,6 +299,144 @@ class LazyFrame(Source):
         import polars as pl
 
         return pl.from_arrow(self.collect())  # type: ignore[return-value]
+
+    def to_torch(
+        self,
+        *,
+        batch_size: int = 256,
+        drop_last: bool = False,
+        columns: Sequence[str] | None = None,
+        shuffle: bool = False,
+        seed: int = 0,
+        epoch: int = 0,
+        shard: dict[str, Any] | Literal["auto"] | None = None,
+        device: str | None = None,
+        prefetch: int = 2,
+        max_prefetch_bytes: int | None = None,
+    ) -> Loader:
+        """A loader of the frame's rows as batches of torch tensors, with no Python rows.
+
+        The loader runs a pipeline of one passthrough slot per column
+        (``slot(name).passthrough()``) and ``batch(batch_size)`` over the frame, so its
+        record batches are sliced straight into columns and resume, shards, seeds and
+        epochs work as for any :class:`~dataio.loader.Loader`. Each batch is a
+        :class:`~dataio.batch.Batch` (a mapping of column name to column): numeric and
+        ``bool`` columns and ``fixed_shape_tensor`` columns (op chains) without nulls are
+        tensors (``[n, *shape]`` for tensors), others stay ``pyarrow`` arrays.
+
+        Args:
+            batch_size: rows per batch (256 by default, as the benchmarks' label batches;
+                choose it for image tensors, e.g. 64).
+            drop_last: drop the last, short batch.
+            columns: the columns to deliver (all by default), in this order; the frame
+                is narrowed to them first (``select``), so the others are never read.
+            shuffle: read the rows in a permutation seeded by ``seed`` and the epoch
+                (:meth:`shuffle`; a frame not addressable by position raises
+                :class:`PlanError`).
+            seed: seeds the shuffle (and nothing else here).
+            epoch: the first pass's epoch.
+            shard: ``{"id": rank, "of": world, "pad": True}`` or ``"auto"``, as in
+                ``run(shard=...)``: an addressable frame deals each rank a contiguous run
+                of rows, so it reads about ``1/world`` of the row groups.
+            device: where the tensors are delivered (``"cpu"``, ``"cuda:0"``, ...).
+            prefetch: batches in flight.
+            max_prefetch_bytes: bound on bytes of finished or pending batches.
+
+        Example:
+            >>> prep = dataio.col("jpeg").image.decode().resize(256).center_crop(224)
+            >>> frame = dataio.scan_parquet("/data/images/")  # doctest: +SKIP
+            >>> with frame.with_columns(x=prep.normalize("imagenet")).to_torch(
+            ...     columns=["x", "label"], batch_size=64, shuffle=True
+            ... ) as loader:  # doctest: +SKIP
+            ...     for batch in loader:
+            ...         batch["x"].shape, batch["label"].dtype  # [64, 3, 224, 224], int64
+        """
+        return self._loader(
+            "torch",
+            batch_size=batch_size,
+            drop_last=drop_last,
+            columns=columns,
+            shuffle=shuffle,
+            seed=seed,
+            epoch=epoch,
+            shard=shard,
+            device=device,
+            prefetch=prefetch,
+            max_prefetch_bytes=max_prefetch_bytes,
+        )
+
+    def to_numpy(
+        self,
+        *,
+        batch_size: int = 256,
+        drop_last: bool = False,
+        columns: Sequence[str] | None = None,
+        shuffle: bool = False,
+        seed: int = 0,
+        epoch: int = 0,
+        shard: dict[str, Any] | Literal["auto"] | None = None,
+        prefetch: int = 2,
+        max_prefetch_bytes: int | None = None,
+    ) -> Loader:
+        """:meth:`to_torch` delivering NumPy arrays (read-only, zero-copy views of the
+        Arrow columns where they have no nulls) instead of tensors.
+
+        Example:
+            >>> frame = dataio.scan_parquet("/d/t.parquet")  # doctest: +SKIP
+            >>> for batch in frame.to_numpy(batch_size=512):  # doctest: +SKIP
+            ...     batch["label"]  # an int64 array
+        """
+        return self._loader(
+            "numpy",
+            batch_size=batch_size,
+            drop_last=drop_last,
+            columns=columns,
+            shuffle=shuffle,
+            seed=seed,
+            epoch=epoch,
+            shard=shard,
+            device=None,
+            prefetch=prefetch,
+            max_prefetch_bytes=max_prefetch_bytes,
+        )
+
+    def _loader(
+        self,
+        output: Literal["numpy", "torch"],
+        *,
+        batch_size: int,
+        drop_last: bool,
+        columns: Sequence[str] | None,
+        shuffle: bool,
+        seed: int,
+        epoch: int,
+        shard: dict[str, Any] | Literal["auto"] | None,
+        device: str | None,
+        prefetch: int,
+        max_prefetch_bytes: int | None,
+    ) -> Loader:
+        from dataio.plan.pipeline import batch, pipeline, slot
+
+        names = self.columns if columns is None else _names(columns, "to_torch columns")
+        unknown = [name for name in names if name not in self._schema.names]
+        if unknown:
+            raise PlanError(
+                f"to_torch/to_numpy columns {unknown} are not in the frame; it has {self.columns}"
+            )
+        plan = pipeline(
+            *(slot(name).passthrough() for name in names),
+            batch(batch_size, drop_last=drop_last, prefetch=prefetch),
+        )
+        frame = self if columns is None else self.select(*names)  # the rest is never read
+        source: Source = frame.shuffle(seed=seed) if shuffle else frame
+        return plan.bind(source).run(
+            output,
+            seed=seed,
+            epoch=epoch,
+            shard=shard,
+            device=device,
+            max_prefetch_bytes=max_prefetch_bytes,
+        )
 
     def explain(self, *, analyze: bool = False) -> str:
         """The plan as text: dataio's steps and DataFusion's plans; ``analyze=True`` runs it

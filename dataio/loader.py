@@ -422,16 +422,19 @@ def _as_arrow(item: Any) -> Any:
 
 
 def _projected(source: Source, kernels: Sequence[Any], plan: Pipeline) -> Source:
-    """A frame narrowed to the columns the plan reads: its slots' fields and the row key.
+    """A frame or a shuffle narrowed to the columns the plan reads: its slots' fields and
+    the row key.
 
-    Only a frame (its scans read only what it selects), and only when no Python code
-    sees whole records (record maps, ``active_when``) and every required field is there
+    Only a frame (its scans read only what it selects) or a shuffle of an Arrow table or
+    a frame (its gathers copy only those columns), and only when no Python code sees
+    whole records (record maps, ``active_when``) and every required field is there
     (otherwise the row errors list the record's fields). The pass reads the narrowed
-    frame; signatures and checkpoints stay those of the bound source.
+    source; signatures and checkpoints stay those of the bound source.
     """
     from dataio.frame import LazyFrame
+    from dataio.sources.permutation import PermutedIndexed
 
-    if not isinstance(source, LazyFrame) or plan.record_maps:
+    if not isinstance(source, LazyFrame | PermutedIndexed) or plan.record_maps:
         return source
     if any(k.active is not None for k in kernels):
         return source
@@ -445,6 +448,8 @@ def _projected(source: Source, kernels: Sequence[Any], plan: Pipeline) -> Source
     keep = [name for name in names if name in fields or name in ("key", "__key__")]
     if len(keep) == len(names) or len(set(names)) != len(names):
         return source
+    if isinstance(source, PermutedIndexed):
+        return source.narrowed(keep)
     return source.select(*keep)
 
 

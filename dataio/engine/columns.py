@@ -6,8 +6,10 @@
   ``None`` for a null.
 * :func:`arrow_column` is the passthrough rule for Arrow rows: integer and floating
   columns without nulls become NumPy arrays of their type (a zero-copy, read-only view of
-  the Arrow buffer), booleans without nulls a ``bool`` array; every other column
-  (strings, binary, nested, temporal, anything with nulls) stays a ``pyarrow.Array``.
+  the Arrow buffer), booleans without nulls a ``bool`` array; ``fixed_shape_tensor``
+  columns without nulls an array ``[n, *shape]`` of their value type (zero-copy over the
+  storage's flat values; ``bool`` ones a copy); every other column (strings, binary,
+  nested, temporal, anything with nulls) stays a ``pyarrow.Array``.
 """
 
 from __future__ import annotations
@@ -38,6 +40,28 @@ def arrow_column(array: pa.Array | np.ndarray) -> Any:
             return array.to_numpy(zero_copy_only=True)
         if pa.types.is_boolean(kind):
             return array.to_numpy(zero_copy_only=False)
+        if isinstance(kind, pa.FixedShapeTensorType):
+            return _tensor_column(array)
+    return array
+
+
+def _tensor_column(array: pa.FixedShapeTensorArray) -> Any:
+    """A ``fixed_shape_tensor`` column without nulls as ``[n, *shape]`` NumPy; kept as
+    Arrow when its values hold nulls (NumPy has no place for them) or are not numbers."""
+    import pyarrow as pa
+
+    kind = array.type
+    values = array.storage.flatten()  # this slice's values only: it honours the offset
+    if values.null_count:
+        return array
+    value_type = kind.value_type
+    if pa.types.is_integer(value_type) or pa.types.is_floating(value_type):
+        # pyarrow's own view: zero-copy, and it lays out a permuted tensor's dimensions
+        return array.to_numpy_ndarray()
+    permutation = kind.permutation
+    if pa.types.is_boolean(value_type) and (not permutation or permutation == sorted(permutation)):
+        # bits unpacked to bytes (a copy, as for bool columns); pyarrow's view refuses bool
+        return values.to_numpy(zero_copy_only=False).reshape(len(array), *kind.shape)
     return array
 
 

@@ -638,7 +638,10 @@ def _stays_arrow(column: Any) -> bool:
         return True
     kind = column.type
     return not (
-        pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
+        pa.types.is_integer(kind)
+        or pa.types.is_floating(kind)
+        or pa.types.is_boolean(kind)
+        or isinstance(kind, pa.FixedShapeTensorType)
     )
 
 

@@ -140,7 +140,26 @@ def _scan_schema(fmt: str, path: str, options: dict[str, Any]) -> Any:
             return plain_schema(pa.ipc.open_file(source).schema)
     with guard(f"scan_{fmt}", path):
         schema = read_path(scan_session(1), fmt, path, options, options.get("schema")).schema()
+        if fmt == "parquet" and not is_remote(path) and options.get("schema") is None:
+            schema = _with_extension_types(schema, path)
     return plain_schema(schema)
+
+
+def _with_extension_types(schema: Any, path: str) -> Any:
+    """``schema`` with the Arrow extension types (``fixed_shape_tensor``, ...) the file's
+    stored Arrow schema declares: DataFusion infers their storage types only, and a scan
+    given the extension types keeps them in its results."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    stored = pq.read_schema(path)
+    fields = list(schema)
+    for i, field in enumerate(fields):
+        index = stored.get_field_index(field.name)
+        kind = stored.field(index).type if index >= 0 else None
+        if isinstance(kind, pa.BaseExtensionType) and kind.storage_type == field.type:
+            fields[i] = field.with_type(kind)
+    return pa.schema(fields, schema.metadata)
 
 
 def read_file(ctx: Any, scan: Scan, path: str) -> Any:

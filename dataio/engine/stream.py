@@ -27,6 +27,7 @@ from dataio.exceptions import DataioError, FieldError, PlanError
 from dataio.plan.pipeline import BatchStage, CollateStage, ShapeStage
 from dataio.sources.adapters import SequenceSource
 from dataio.sources.base import IndexedSource, Source
+from dataio.sources.permutation import PermutedIndexed
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -236,7 +237,7 @@ def _indexed_batches(
         return
     for start in range(first, count, size):
         wanted = _plain(positions[start : min(start + size, count)])
-        if not isinstance(source, SequenceSource):  # other sources get lists, as before
+        if not isinstance(source, SequenceSource | PermutedIndexed):  # others get lists
             wanted = list(wanted)
         yield Chunk(start, wanted, source.get_many(wanted))
 

@@ -425,7 +425,8 @@ def _frame_udf(ops: tuple[Op, ...]) -> Any:
     chain = chain_kernel(ops)
 
     def call(values: Any, types: Any) -> Any:
-        kind = types[0].as_py() if len(types) else None
+        # the type's name through NumPy: no Python scalar per batch (as_py)
+        kind = types.slice(0, 1).to_numpy(zero_copy_only=False)[0] if len(types) else None
         return run_batch(chain, values, paths=kind in _PATH_TYPES)
 
     inputs = [pa.field("value", pa.binary_view()), pa.field("type", pa.string())]

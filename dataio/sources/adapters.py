@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from operator import itemgetter
 from typing import Any
+
+import numpy as np
 
 from dataio.exceptions import DataioError, FieldError, PlanError
 from dataio.sources.arrow import arrow_source
 from dataio.sources.base import IndexedSource, Source, single_pass_error
+
+_permute: Any
+try:  # the shuffle's C gather (optional build); itemgetter without it
+    from dataio.sources import _permute
+except ImportError:  # pragma: no cover - built with the package
+    _permute = None
 
 __all__ = [
     "from_callable",
@@ -40,11 +49,24 @@ class SequenceSource(IndexedSource):
         return self.rows[index]
 
     def get_many(self, indices: Sequence[int]) -> list[Any]:
-        """Read rows through ``__getitems__`` when the object has one, else one by one."""
+        """Read rows through ``__getitems__`` when the object has one, else one by one.
+
+        ``indices`` may be a NumPy array (a shuffle's positions): a list or tuple gathers
+        them in C; anything else gets Python ints.
+        """
+        if isinstance(indices, np.ndarray):
+            if self._bulk is None and type(self.rows) in (list, tuple) and _permute is not None:
+                found = _permute.gather(self.rows, np.ascontiguousarray(indices, np.int64))
+                if found is not None:
+                    return found
+            indices = indices.tolist()
         if self._bulk is None:
             rows = self.rows
-            if type(indices) is range and indices.step == 1 and type(rows) in (list, tuple):
-                return list(rows[indices.start : indices.stop])  # a loader's batch: one slice
+            if type(rows) in (list, tuple):
+                if type(indices) is range and indices.step == 1:
+                    return list(rows[indices.start : indices.stop])  # a loader's batch: a slice
+                if len(indices) > 1:  # itemgetter gathers in C (a shuffle's batch)
+                    return list(itemgetter(*indices)(rows))
             return [rows[i] for i in indices]
         wanted = list(indices)
         result = self._bulk(wanted)

@@ -90,6 +90,10 @@ class ArrowTableSource(IndexedSource):
         """The table's schema."""
         return self.table.schema
 
+    def select(self, columns: Sequence[str]) -> ArrowTableSource:
+        """The same rows with only ``columns`` (zero-copy): what a shuffle gathers."""
+        return ArrowTableSource(self.table.select(list(columns)), mode=self.mode, what=self.what)
+
     def length(self) -> int:
         """The number of rows."""
         return int(self.table.num_rows)
