@@ -20,6 +20,7 @@ column, and everything then runs exactly as for Python sources.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import threading
 from collections import deque
@@ -441,6 +442,7 @@ class Executor:
             future.cancel()
         if wait:
             concurrent.futures.wait(running)
+            _close_chunks(self._chunks)
 
     @property
     def running_tasks(self) -> int:
@@ -606,6 +608,15 @@ class Executor:
                 error = _undocumented(exc)
                 job.errors[row] = error.with_row(index=index, key=job.key_at(row), slot=kernel.name)
                 return
+
+
+def _close_chunks(chunks: Iterator[Chunk]) -> None:
+    """End the chunk stream, so the source's reads ahead (a frame's row groups) stop."""
+    close = getattr(chunks, "close", None)
+    if close is None:
+        return
+    with contextlib.suppress(ValueError):  # advanced on another thread: ends when collected
+        close()
 
 
 def _undocumented(exc: Exception) -> DecodeError:

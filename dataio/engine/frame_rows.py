@@ -7,9 +7,11 @@ such positions without DataFusion, touching only the *blocks* that hold them: Pa
 groups (``ParquetFile.read_row_groups`` with the projected columns) or Feather record
 batches (from a memory map, no copy for uncompressed files). Shuffles permute positions
 (:class:`dataio.sources.permutation.PermutedIndexed`) and shards take contiguous position
-ranges (:meth:`FrameRows.shard_positions`), so neither reads the whole frame. Columns
-that compute values (``col("x") * 2``, an op chain) are evaluated by DataFusion on each
-batch read, after the read.
+ranges (:meth:`FrameRows.shard_positions`), so neither reads the whole frame. A pass in
+position order (unshuffled, or a rank's run) streams whole blocks instead
+(:meth:`FrameRows.stream_run`), reading the next :data:`READ_AHEAD` on dataio's pool while
+the caller delivers this one. Columns that compute values (``col("x") * 2``, an op chain)
+are evaluated by DataFusion on each batch read, after the read.
 
 Filters, joins, SQL, sorts and aggregates change which rows exist or their order; those
 frames, remote ones (``s3://`` and other object stores: their scans are
@@ -21,8 +23,10 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, wait
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
@@ -35,7 +39,14 @@ if TYPE_CHECKING:
 
     from dataio.frame import LazyFrame
 
-__all__ = ["Addressed", "FrameRows", "ShardPositions", "addressable", "frame_rows"]
+__all__ = [
+    "Addressed",
+    "FrameRows",
+    "ShardPositions",
+    "addressable",
+    "frame_rows",
+    "reads_in_flight",
+]
 
 #: Bytes of decoded blocks a :class:`FrameRows` keeps (least recently used first out):
 #: consecutive batches of an unshuffled pass fall in the same row group, which is then
@@ -46,7 +57,34 @@ CACHE_BYTES = 256 << 20
 #: hold a descriptor for each.
 OPEN_FILES = 64
 
+#: Blocks a sequential pass (:meth:`FrameRows.stream_run`) reads ahead of the one it
+#: delivers, on dataio's pool: on two cores the next row groups decode while this one is
+#: delivered. A pass holds at most ``READ_AHEAD + 1`` decoded blocks.
+READ_AHEAD = 2
+
 _FORMATS = ("parquet", "feather")
+POOL_THREADS = "dataio-cpu"  # the name prefix of dataio's pool threads (engine/pool.py)
+_inflight: set[Future[Any]] = set()
+_inflight_lock = threading.Lock()
+
+
+def reads_in_flight() -> int:
+    """Block reads submitted ahead to dataio's pool and not finished (all frames)."""
+    with _inflight_lock:
+        return len(_inflight)
+
+
+def _track(future: Future[Any]) -> None:
+    with _inflight_lock:
+        _inflight.add(future)
+    future.add_done_callback(_untrack)
+
+
+def _untrack(future: Future[Any]) -> None:
+    with _inflight_lock:
+        _inflight.discard(future)
+
+
 _MAX_ROWS = 1 << 62
 
 
@@ -275,15 +313,103 @@ class FrameRows(IndexedSource):
             yield from batch.to_pylist()
 
     def iterate_batches(self) -> Iterator[pa.RecordBatch]:
-        """The rows in position order, one record batch (or more) per block."""
-        first, count = self.addressed.offset, self.length()
-        for block in self._layout():
-            lo, hi = max(block.start, first), min(block.start + block.rows, first + count)
-            if lo >= hi:
-                continue
-            table = self._read(block.file, [block.index])[0]
-            for batch in table.slice(lo - block.start, hi - lo).to_batches():
-                yield self._computed(batch)
+        """The rows in position order, one record batch per block (read ahead)."""
+        for _, batch in self.stream_run(0, self.length()):
+            yield batch
+
+    def stream_run(self, start: int, stop: int) -> Iterator[tuple[int, pa.RecordBatch]]:
+        """Positions ``start .. stop - 1`` in order: ``(first position, batch)`` per block.
+
+        A sequential pass reads whole blocks (no per-batch positional read) and reads the
+        next :data:`READ_AHEAD` blocks on dataio's pool while the caller consumes this
+        one, so decoding overlaps delivery. Blocks are read once and not cached (a pass
+        does not come back to them). Closing the iterator (``break``, a closed loader)
+        cancels the reads not started and waits for the running ones: nothing is left
+        on the pool. An error reading a block is raised when the pass reaches it.
+
+        Example:
+            >>> rows = dataio.scan_parquet("t.parquet").by_position()  # doctest: +SKIP
+            >>> for first, batch in rows.stream_run(0, rows.length()): ...  # doctest: +SKIP
+        """
+        n = self.length()
+        if start >= stop:
+            return
+        _check_range(start, stop - 1, n)
+        low, high = start + self.addressed.offset, stop + self.addressed.offset
+        blocks = self._layout()
+        first = bisect.bisect_right(self._start_list, low) - 1
+        last = bisect.bisect_right(self._start_list, high - 1) - 1
+        wanted = blocks[first : last + 1]
+        ahead: deque[tuple[Future[Any], Any]] = deque()
+        submitted = 0
+        try:
+            for block in wanted:
+                while submitted < len(wanted) and len(ahead) <= READ_AHEAD:
+                    ahead.append(self._read_ahead(wanted[submitted]))
+                    submitted += 1
+                batch = self._block_of(block, ahead.popleft())
+                lo, hi = max(block.start, low), min(block.start + block.rows, high)
+                if lo > block.start or hi < block.start + block.rows:
+                    batch = batch.slice(lo - block.start, hi - lo)
+                yield lo - self.addressed.offset, self._computed(batch)
+        finally:
+            for future, _ in ahead:
+                future.cancel()
+            if not threading.current_thread().name.startswith(POOL_THREADS):
+                # (a pool thread collecting the pass must not wait for itself)
+                wait([future for future, _ in ahead])
+                for _, reader in ahead:
+                    if reader is not None:
+                        reader.close()
+
+    def _read_ahead(self, block: _Block) -> tuple[Future[Any], Any]:
+        """``block`` read on dataio's pool (or taken from the cache): a batch or a table,
+        and the Parquet reader to close once it is read.
+
+        The caller's thread checks limits and opens the file; the pool thread only runs
+        the read, which releases the GIL: each time a pool thread takes the GIL back it
+        may wait out the interpreter's switch interval (5 ms) while the caller runs
+        Python, so the pool's side makes as few round trips as it can.
+        """
+        with self._lock:
+            cached = self._cache.get((block.file, block.index))
+        if cached is not None:
+            done: Future[Any] = Future()
+            done.set_result(cached)
+            return done, None
+        from dataio.engine.pool import cpu_pool
+
+        opened = None
+        if self.addressed.scan.format == "parquet":
+            with self._mapped_errors(block.file):
+                opened = self._parquet_file(block.file, [block.index], pooled=True)
+        future = cpu_pool().submit(self._read_block, block, opened)
+        _track(future)
+        return future, None if opened is None else opened[0]
+
+    def _read_block(self, block: _Block, opened: Any) -> pa.Table:
+        """The pool's part of a read ahead: ``opened`` (a Parquet reader) read, or a
+        Feather block."""
+        if opened is None:
+            return self._read_feather(block.file, [block.index])[0]
+        reader, columns = opened
+        return reader.read_row_groups([block.index], columns=columns, use_threads=False)
+
+    def _block_of(self, block: _Block, ahead: tuple[Future[Any], Any]) -> pa.RecordBatch:
+        """The block a read ahead gives, as the frame types it."""
+        import pyarrow as pa
+
+        future, reader = ahead
+        try:
+            with self._mapped_errors(block.file):
+                found = future.result()
+        finally:
+            if reader is not None:
+                reader.close()
+        if isinstance(found, pa.RecordBatch):  # from the cache
+            return found
+        path = self.addressed.scan.files[block.file]
+        return _one_batch(self._conform(found, path), self._base)
 
     # -- positional reads ------------------------------------------------------------------
 
@@ -466,6 +592,17 @@ class FrameRows(IndexedSource):
 
     def _read(self, file: int, indices: list[int]) -> list[pa.Table]:
         """Blocks ``indices`` of file ``file``, projected, renamed and typed as the frame."""
+        scan = self.addressed.scan
+        with self._mapped_errors(file):
+            if scan.format == "parquet":
+                tables = self._read_parquet(file, indices)
+            else:
+                tables = self._read_feather(file, indices)
+        return [self._conform(table, scan.files[file]) for table in tables]
+
+    @contextmanager
+    def _mapped_errors(self, file: int) -> Iterator[None]:
+        """Errors reading file ``file`` as dataio's (naming the file)."""
         import pyarrow as pa
 
         from dataio.formats._arrow import open_error
@@ -473,23 +610,35 @@ class FrameRows(IndexedSource):
         scan = self.addressed.scan
         path = scan.files[file]
         try:
-            if scan.format == "parquet":
-                tables = self._read_parquet(file, indices)
-            else:
-                tables = self._read_feather(file, indices)
+            yield
         except FileNotFoundError:
             raise NotFoundError(f"{scan.label()}: the file {path!r} is gone") from None
         except pa.ArrowException as exc:
             raise FormatError(f"{scan.label()}: cannot read {path!r}: {exc}") from None
         except OSError as exc:
             raise open_error(exc, path, scan.label()) from None
-        return [self._conform(table, path) for table in tables]
 
     def _file_columns(self) -> list[str] | None:
         columns = self.addressed.columns
         return None if columns is None else list(dict.fromkeys(src for src, _ in columns))
 
     def _read_parquet(self, file: int, indices: list[int]) -> list[pa.Table]:
+        metadata = self._metadata[file]
+        reader, columns = self._parquet_file(file, indices, pooled=False)
+        with reader:
+            table = reader.read_row_groups(indices, columns=columns)
+        out, first = [], 0
+        for index in indices:  # one read, split back into its row groups (no copy)
+            rows = metadata.row_group(index).num_rows
+            out.append(table.slice(first, rows))
+            first += rows
+        return out
+
+    def _parquet_file(
+        self, file: int, indices: list[int], *, pooled: bool
+    ) -> tuple[Any, list[str] | None]:
+        """File ``file`` opened to read row groups ``indices`` (within the decode limit),
+        and the columns to read."""
         import pyarrow.parquet as pq
 
         from dataio import limits
@@ -512,14 +661,9 @@ class FrameRows(IndexedSource):
             )
         names = set(metadata.schema.to_arrow_schema().names)
         columns = None if wanted is None else [c for c in wanted if c in names]
-        with pq.ParquetFile(path, metadata=metadata) as reader:
-            table = reader.read_row_groups(indices, columns=columns)
-        out, first = [], 0
-        for index in indices:  # one read, split back into its row groups (no copy)
-            rows = metadata.row_group(index).num_rows
-            out.append(table.slice(first, rows))
-            first += rows
-        return out
+        # Read on the pool (one thread per row group, no Arrow threads to oversubscribe
+        # the cores), a memory map saves a copy: row groups of JPEGs read ~15% faster
+        return pq.ParquetFile(path, metadata=metadata, memory_map=pooled), columns
 
     def _read_feather(self, file: int, indices: list[int]) -> list[pa.Table]:
         import pyarrow as pa
@@ -607,7 +751,8 @@ def _base_schema(addressed: Addressed) -> pa.Schema:
 def _one_batch(table: pa.Table, schema: pa.Schema) -> pa.RecordBatch:
     import pyarrow as pa
 
-    arrays = [column.combine_chunks() for column in table.columns]
+    # combine_chunks copies even a single chunk (29 ms for a row group of 256 JPEGs)
+    arrays = [c.chunk(0) if c.num_chunks == 1 else c.combine_chunks() for c in table.columns]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 

@@ -249,6 +249,16 @@ BLOCK_ROWS = 1024
 def _arrow_blocks(
     source: IndexedSource, positions: Sequence[int], first: int, count: int, size: int
 ) -> Iterator[Chunk]:
+    stream = getattr(source, "stream_run", None)
+    run = _leading_run(positions)
+    if stream is not None and run is not None and first < min(count, len(run)):
+        # Consecutive positions of a source that streams them (a frame's row groups,
+        # read ahead): chunks are slices of whole blocks, not positional reads. Chunks
+        # past the run (a shard's padding) are read by position below.
+        stop = count if count <= len(run) else first + (len(run) - first) // size * size
+        if first < stop:
+            yield from _streamed_chunks(stream, run, positions, first, stop, size)
+            first = stop
     step = size * max(1, BLOCK_ROWS // size)
     for block in range(first, count, step):
         wanted = _plain(positions[block : min(block + step, count)])
@@ -260,6 +270,46 @@ def _arrow_blocks(
         for offset in range(0, len(wanted), size):
             mine = wanted[offset : offset + size]
             yield Chunk(block + offset, mine, parent=rows, offset=offset)  # sliced when needed
+
+
+def _leading_run(positions: Sequence[int]) -> range | None:
+    """The consecutive positions ``positions`` starts with, when known without a scan."""
+    if isinstance(positions, range):
+        return positions if positions.step == 1 else None
+    run = getattr(positions, "run", None)  # a frame's shard: a run, then padding
+    return run if isinstance(run, range) and run.step == 1 else None
+
+
+def _streamed_chunks(
+    stream: Any, run: range, positions: Sequence[int], first: int, stop: int, size: int
+) -> Iterator[Chunk]:
+    """Chunks ``first .. stop - 1`` (rank-local) of ``run``, cut from the blocks
+    ``stream(start, stop)`` yields; a chunk across two blocks is a small concatenation."""
+    import pyarrow as pa
+
+    index = first
+    carry: list[pa.RecordBatch] = []
+    held = 0
+    for _, batch in stream(run[first], run[stop - 1] + 1):
+        offset, n = 0, batch.num_rows
+        if carry:
+            offset = min(size - held, n)
+            carry.append(batch.slice(0, offset))
+            held += offset
+            if held < size:
+                continue
+            yield Chunk(
+                index, _plain(positions[index : index + size]), batch=pa.concat_batches(carry)
+            )
+            index, carry, held = index + size, [], 0
+        while offset + size <= n:
+            yield Chunk(index, _plain(positions[index : index + size]), parent=batch, offset=offset)
+            index += size
+            offset += size
+        if offset < n:
+            carry, held = [batch.slice(offset)], n - offset
+    if carry:  # the last, short chunk
+        yield Chunk(index, _plain(positions[index:stop]), batch=pa.concat_batches(carry))
 
 
 def _plain(wanted: Sequence[int]) -> Sequence[int]:
