@@ -400,7 +400,7 @@ class ChainExpr(Expr):
         """
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise PlanError(f"{self.describe()}: seed() needs an integer >= 0, got {seed!r}")
-        return ChainExpr("chain", self.base, self.ops, seed)
+        return _chain(self.base, self.ops, seed)
 
     def then(self, *ops: Op) -> ChainExpr:
         """Append ops built by :mod:`dataio.decoders` / :mod:`dataio.transforms`."""
@@ -409,7 +409,7 @@ class ChainExpr(Expr):
                 raise PlanError(f"{self.describe()}: expected an op, got {op!r}")
         chain = self.ops + ops
         registry.validate_chain(f"expression {self.base.describe()}", chain)
-        return ChainExpr("chain", self.base, chain, self.chain_seed)
+        return _chain(self.base, chain, self.chain_seed)
 
     def when(self, predicate: Predicate) -> registry.When[ChainExpr]:
         """Branch on the decoded value's shape: ``.when(p).then(*ops).otherwise(*ops)``.
@@ -426,7 +426,7 @@ class ChainExpr(Expr):
         """The ops of the last ``when`` branch's false side."""
         where = f"expression {self.base.describe()}"
         chain = registry.with_otherwise(where, self.ops, ops)
-        return ChainExpr("chain", self.base, chain, self.chain_seed)
+        return _chain(self.base, chain, self.chain_seed)
 
     resize = registry.chain_method(registry.resize)
     resize_short = registry.chain_method(registry.resize_short)
@@ -446,6 +446,13 @@ class ChainExpr(Expr):
     gain = registry.chain_method(registry.gain)
 
 
+def _chain(base: Expr, ops: tuple[Op, ...], seed: int | None) -> ChainExpr:
+    """``Expr("chain", base, ops)``, with the seed as a third argument when there is one."""
+    if seed is None:
+        return ChainExpr("chain", base, ops)
+    return ChainExpr("chain", base, ops, seed)
+
+
 class _Namespace:
     __slots__ = ("_base",)
 
@@ -458,7 +465,7 @@ class _Namespace:
             raise PlanError(
                 f"{self._base.describe()} is already decoded; a chain holds one decoder"
             )
-        return ChainExpr("chain", self._base, (), None).then(op)
+        return ChainExpr("chain", self._base, ()).then(op)
 
 
 class ImageNamespace(_Namespace):
