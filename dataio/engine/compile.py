@@ -83,6 +83,8 @@ def _numbered(table: Any, ctx: Any) -> Any:
     import numpy as np
     import pyarrow as pa
 
+    if POSITION in table.schema.names:  # rows read by position come numbered already
+        return ctx.from_arrow(table)
     positions = pa.array(np.arange(table.num_rows, dtype=np.int64))
     return ctx.from_arrow(table.append_column(POSITION, positions))
 

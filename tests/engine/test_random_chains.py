@@ -198,3 +198,26 @@ def test_sql_positions_are_checked(folder: Path) -> None:
         ).collect()
     with pytest.raises(QueryError, match="position -1"):
         dataio.sql("SELECT prep(jpeg, pos - 1) FROM t", t=frame, functions=prep).collect()
+
+
+def test_frames_read_by_position_seed_rows_by_their_frame_position(folder: Path) -> None:
+    """Addressable frames compute columns on the rows read (shuffles, shards, bound
+    pipelines): each row keeps the seed of its position in the frame, limits included."""
+    chain = col("jpeg").image.decode().random_crop(24)
+    frame = dataio.scan_parquet(folder)
+    expected = arrays(frame.with_columns(x=chain.seed(2)).collect().column("x"))
+    rows = frame.with_columns(x=chain.seed(2)).by_position()
+    assert rows is not None
+    taken = rows.take_batch([7, 2, 9, 2])
+    np.testing.assert_array_equal(arrays(taken.column("x")), expected[[7, 2, 9, 2]])
+    streamed = [(first, arrays(b.column("x"))) for first, b in rows.stream_run(3, ROWS)]
+    np.testing.assert_array_equal(np.concatenate([a for _, a in streamed]), expected[3:])
+    # a limit below the seeded step renumbers its input; one above does not
+    below = frame.limit(6, offset=2).with_columns(x=chain.seed(2))
+    above = frame.with_columns(x=chain.seed(2)).limit(6, offset=2)
+    for lazy, want in ((below, slot_values(frame.limit(6, offset=2), chain.ops, "jpeg", 2)[:6]),
+                       (above, expected[2:8])):  # fmt: skip
+        indexed = lazy.by_position()
+        assert indexed is not None
+        np.testing.assert_array_equal(arrays(indexed.take_batch(range(6)).column("x")), want)
+        np.testing.assert_array_equal(arrays(lazy.collect().column("x")), want)
