@@ -221,3 +221,24 @@ def test_frames_read_by_position_seed_rows_by_their_frame_position(folder: Path)
         assert indexed is not None
         np.testing.assert_array_equal(arrays(indexed.take_batch(range(6)).column("x")), want)
         np.testing.assert_array_equal(arrays(lazy.collect().column("x")), want)
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_to_torch_keeps_each_rows_values(folder: Path, shuffle: bool) -> None:
+    """A shuffled or sharded loader reads rows by position: each keeps its own draw."""
+    lazy = dataio.scan_parquet(folder).with_columns(
+        x=col("jpeg").image.decode().random_crop(24).seed(6)
+    )
+    expected = arrays(lazy.collect().column("x"))
+    got: dict[int, np.ndarray] = {}
+    for rank in range(2):
+        shard = {"id": rank, "of": 2, "pad": False}
+        with lazy.to_torch(
+            batch_size=3, columns=["pos", "x"], shuffle=shuffle, shard=shard
+        ) as loader:
+            for batch in loader:
+                for pos, x in zip(batch["pos"].tolist(), batch["x"].numpy(), strict=True):
+                    got[pos] = x
+    assert sorted(got) == list(range(ROWS))
+    for pos, x in got.items():
+        np.testing.assert_array_equal(x, expected[pos])
