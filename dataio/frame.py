@@ -714,6 +714,9 @@ def sql(query: str, *, functions: Mapping[str, Any] | None = None, **tables: Any
     ``functions`` names slot chains (chain expressions, slots, ``dataio.chain()`` or
     sequences of ops) to call as ``name(bytes)``: the same fused kernel a pipeline runs,
     once per record batch, giving ``fixed_shape_tensor`` values when the shape is static.
+    A chain with random ops needs a seed (``chain.seed(s)``) and is then called as
+    ``name(bytes, position)``: row position ``i`` draws what record ``i`` of a pipeline
+    ``run(seed=s)`` draws.
 
     Example:
         >>> dataio.sql("SELECT key FROM t WHERE height > 512", t=frame).collect()  # doctest: +SKIP
@@ -728,7 +731,9 @@ def sql(query: str, *, functions: Mapping[str, Any] | None = None, **tables: Any
 # -- helpers -----------------------------------------------------------------------------------
 
 
-def _functions(functions: Mapping[str, Any] | None) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+def _functions(
+    functions: Mapping[str, Any] | None,
+) -> tuple[tuple[str, tuple[Any, ...], int | None], ...]:
     if functions is None:
         return ()
     if not isinstance(functions, Mapping):
@@ -736,23 +741,24 @@ def _functions(functions: Mapping[str, Any] | None) -> tuple[tuple[str, tuple[An
     for name in functions:
         if not isinstance(name, str) or not name.isidentifier():
             raise PlanError(f"sql() function names must be identifiers, got {name!r}")
-    return tuple((name, _chain_ops(value)) for name, value in functions.items())
+    return tuple((name, *_chain_ops(value)) for name, value in functions.items())
 
 
-def _chain_ops(value: Any) -> tuple[Any, ...]:
-    """The ops of a chain given as an ``Expr("chain", ...)``, a slot, a chain or ops."""
+def _chain_ops(value: Any) -> tuple[tuple[Any, ...], int | None]:
+    """The ops (and seed) of a chain given as an ``Expr("chain", ...)``, a slot, a chain
+    or ops; only a chain expression carries a seed (``.seed(s)``)."""
     from dataio.plan.ops import Op
 
     if isinstance(value, Expr):
         node = value.args[0] if value.op == "alias" else value
         if node.op == "chain":
-            return tuple(node.args[1])
+            return tuple(node.args[1]), (node.args[2] if len(node.args) > 2 else None)
     elif isinstance(value, Op):
-        return (value,)
+        return (value,), None
     elif hasattr(value, "ops") and isinstance(value.ops, tuple):
-        return tuple(value.ops)
+        return tuple(value.ops), None
     elif isinstance(value, Sequence) and value and all(isinstance(v, Op) for v in value):
-        return tuple(value)
+        return tuple(value), None
     raise PlanError(
         "a SQL function needs a chain: an expression built from col(...) with a decoder "
         f"and transforms, a slot, dataio.chain() or a sequence of ops; got {value!r}"

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from dataio.engine.errors import guard
-from dataio.engine.expressions import check_expr, compile_expr, named
+from dataio.engine.expressions import POSITION, check_expr, compile_expr, named, seeded
 from dataio.engine.plain import empty_table
 from dataio.engine.records import records_table
 from dataio.engine.relational import join, sql_plan, unqualified
@@ -44,6 +44,7 @@ __all__ = [
     "compile_plan",
     "compile_source",
     "compile_steps",
+    "positioned",
     "row_chain",
     "units",
 ]
@@ -67,6 +68,39 @@ def row_chain(node: Node) -> tuple[SourceNode, list[Node]] | None:
     return None
 
 
+def positioned(node: Node) -> bool:
+    """True when ``node`` is a projection holding seeded chains (they read row positions)."""
+    return isinstance(node, Select | WithColumns) and any(seeded(e) for e in node.exprs)
+
+
+def _numbered(table: Any, ctx: Any) -> Any:
+    """The materialized input of a seeded step, its rows numbered ``0..n-1`` in order.
+
+    DataFusion may split and reorder batches, and a file-by-file plan would restart any
+    row number, so only a position column added to the rows in the frame's order seeds
+    each row as a pipeline over the frame seeds its record (row ``i`` is record ``i``).
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    if POSITION in table.schema.names:  # rows read by position come numbered already
+        return ctx.from_arrow(table)
+    positions = pa.array(np.arange(table.num_rows, dtype=np.int64))
+    return ctx.from_arrow(table.append_column(POSITION, positions))
+
+
+def _positioned_step(step: Select | WithColumns, df: Any, ctx: Any, mode: Mode) -> Any:
+    """A seeded step over ``df`` (which has the position column, or gets a stand-in
+    when only planned), the position column dropped after."""
+    import pyarrow as pa
+    from datafusion import lit
+
+    if POSITION not in df.schema().names:  # schema/explain: no rows to number
+        df = df.with_column(POSITION, lit(pa.scalar(0, pa.int64())))
+    df = _apply(step, df, ctx, mode)
+    return df.drop(POSITION) if POSITION in df.schema().names else df
+
+
 def units(source: SourceNode) -> list[str | None]:
     """The files a source runs as, one plan each (``[None]``: an in-memory table)."""
     return list(source.files) if isinstance(source, Scan) else [None]
@@ -81,6 +115,13 @@ def compile_steps(df: Any, steps: list[Node], ctx: Any, mode: Mode) -> Any:
 
 def apply_step(step: Node, df: Any, ctx: Any, mode: Mode) -> Any:
     """One row-local or relational step over an already compiled input."""
+    if positioned(step):
+        assert isinstance(step, Select | WithColumns)
+        return _positioned_step(step, df, ctx, mode)
+    return _apply(step, df, ctx, mode)
+
+
+def _apply(step: Node, df: Any, ctx: Any, mode: Mode) -> Any:
     where = step.label()
     if isinstance(step, PyFilter):
         return df  # schema/explain only: the Python part runs on batches
@@ -136,7 +177,14 @@ def compile_plan(
             raise QueryError(f"compiling {part.label()} to run needs materialize=")
         return ctx.from_arrow(materialize(part))
 
+    if positioned(node) and mode in ("collect", "stream"):
+        assert isinstance(node, Select | WithColumns)
+        if materialize is None:  # pragma: no cover - a caller bug
+            raise QueryError(f"compiling {node.label()} to run needs materialize=")
+        return apply_step(node, _numbered(materialize(node.input), ctx), ctx, mode)
     chain = row_chain(node)
+    if chain is not None and any(positioned(step) for step in chain[1]):
+        chain = None  # compiled step by step below, positions added under the seeded step
     if chain is not None:
         source, steps = chain
         if mode in ("collect", "stream"):

@@ -9,7 +9,11 @@ from dataio.engine.errors import guard
 from dataio.exceptions import QueryError
 from dataio.plan.expr import Expr
 
-__all__ = ["check_expr", "column", "compile_expr", "named"]
+__all__ = ["POSITION", "check_expr", "column", "compile_expr", "named", "seeded"]
+
+#: The column of row positions a frame adds below a step with seeded chains
+#: (:mod:`dataio.engine.compile`); seeded chains read it.
+POSITION = "__dataio_position"
 
 _COMPARISONS = ("==", "!=", "<", "<=", ">", ">=")
 
@@ -65,10 +69,22 @@ def compile_expr(expr: Expr, ctx: Any) -> Any:
     if op == "chain":  # a slot chain: one fused kernel call per record batch
         from dataio.engine.udf import compile_chain
 
-        return compile_chain(tuple(args[1]), compile_expr(args[0], ctx))
+        seed = args[2] if len(args) > 2 else None
+        position = column(POSITION) if seed is not None else None
+        return compile_chain(
+            tuple(args[1]), compile_expr(args[0], ctx), seed=seed, position=position
+        )
     if op == "agg":
         return _aggregate(args[0], None if args[1] is None else compile_expr(args[1], ctx))
     raise QueryError(f"unknown expression {expr.describe()}")  # pragma: no cover
+
+
+def seeded(expr: Expr) -> bool:
+    """True when ``expr`` holds a chain with a seed (it reads row positions)."""
+    return any(
+        node.op == "chain" and len(node.args) > 2 and node.args[2] is not None
+        for node in expr.walk()
+    )
 
 
 def _aggregate(name: str, value: Any) -> Any:

@@ -107,6 +107,9 @@ class Addressed:
     offset: int
     length: int | None
     steps: tuple[Select | WithColumns, ...] = ()
+    #: per step, the scan position of its input's row 0 (the limits below it): a seeded
+    #: chain numbers the rows of its step's input
+    step_offsets: tuple[int, ...] = ()
 
 
 def addressable(node: Node) -> Addressed | Node:
@@ -124,11 +127,13 @@ def addressable(node: Node) -> Addressed | Node:
     columns: tuple[tuple[str, str], ...] | None = None
     offset, length = 0, None
     steps: list[Select | WithColumns] = []
+    step_offsets: list[int] = []
     for step in reversed(chain):  # bottom-up
         if isinstance(step, Limit):
             offset, length = _compose(offset, length, step)
         elif steps or isinstance(step, WithColumns) or (plain := _plain(step)) is None:
             steps.append(step)  # computes values: from here on DataFusion runs the steps
+            step_offsets.append(offset)
         else:
             picked = []
             for source, name in plain:
@@ -138,7 +143,7 @@ def addressable(node: Node) -> Addressed | Node:
             columns = tuple(picked)
     if steps and isinstance(steps[0], Select):
         columns = _referenced(steps[0], columns or tuple((n, n) for n in node.schema.names))
-    return Addressed(node, columns, offset, length, tuple(steps))
+    return Addressed(node, columns, offset, length, tuple(steps), tuple(step_offsets))
 
 
 def _referenced(step: Select, columns: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
@@ -351,7 +356,7 @@ class FrameRows(IndexedSource):
                 lo, hi = max(block.start, low), min(block.start + block.rows, high)
                 if lo > block.start or hi < block.start + block.rows:
                     batch = batch.slice(lo - block.start, hi - lo)
-                yield lo - self.addressed.offset, self._computed(batch)
+                yield lo - self.addressed.offset, self._computed(batch, range(lo, hi))
         finally:
             for future, _ in ahead:
                 future.cancel()
@@ -424,7 +429,7 @@ class FrameRows(IndexedSource):
             >>> rows = dataio.scan_parquet("t.parquet").by_position()  # doctest: +SKIP
             >>> rows.take_batch([5, 1, 5])  # doctest: +SKIP
         """
-        return self._computed(self._take_base(positions))
+        return self._computed(self._take_base(positions), positions, frame=True)
 
     def _take_base(self, positions: Sequence[int]) -> pa.RecordBatch:
         """The rows at ``positions`` as read from the files (before computed steps)."""
@@ -714,11 +719,20 @@ class FrameRows(IndexedSource):
             arrays.append(column)
         return pa.Table.from_arrays(arrays, schema=self._base)
 
-    def _computed(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """``batch`` after the frame's computed steps (DataFusion, one small plan)."""
+    def _computed(
+        self, batch: pa.RecordBatch, positions: Sequence[int], *, frame: bool = False
+    ) -> pa.RecordBatch:
+        """``batch`` after the frame's computed steps (DataFusion, one small plan).
+
+        ``positions`` are the rows' scan positions (frame positions when ``frame``): a
+        step with seeded chains gets its input's position of each row (see
+        :func:`dataio.engine.compile.positioned`), not the row's place in this batch.
+        """
         import dataclasses
 
         import pyarrow as pa
+
+        from dataio.engine.compile import positioned
 
         if not self.addressed.steps:
             return batch
@@ -727,9 +741,23 @@ class FrameRows(IndexedSource):
         from dataio.engine.run import collect_table
 
         node: Node = Memory(pa.Table.from_batches([batch]), "rows read by position")
-        for step in self.addressed.steps:
-            node = dataclasses.replace(step, input=node)
-        return _one_batch(collect_table(node), self._schema)
+        if not any(positioned(step) for step in self.addressed.steps):
+            for step in self.addressed.steps:
+                node = dataclasses.replace(step, input=node)
+            return _one_batch(collect_table(node), self._schema)
+        import numpy as np
+
+        from dataio.engine.expressions import POSITION
+
+        scan = np.asarray(positions, np.int64) + (self.addressed.offset if frame else 0)
+        table = pa.Table.from_batches([batch])
+        offsets = self.addressed.step_offsets
+        for step, below in zip(self.addressed.steps, offsets, strict=True):
+            if positioned(step):  # one step at a time: each numbers its own input
+                table = table.append_column(POSITION, pa.array(scan - below))
+            node = dataclasses.replace(step, input=Memory(table, "rows read by position"))
+            table = collect_table(node)
+        return _one_batch(table, self._schema)
 
 
 def _check_range(low: int, high: int, n: int) -> None:

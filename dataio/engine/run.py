@@ -25,6 +25,7 @@ from dataio.engine.compile import (
     compile_plan,
     compile_source,
     compile_steps,
+    positioned,
     row_chain,
     units,
 )
@@ -151,6 +152,8 @@ def run(node: Node, *, parallel: bool) -> Iterator[Any]:
     while tail and isinstance(tail[0], Limit) and row_chain(core) is None:
         core, tail = tail[0], tail[1:]  # DataFusion limits a sort (top-k) or a join itself
     chain = row_chain(core)
+    if chain is not None and any(positioned(s) for s in chain[1]):
+        chain = None  # seeded chains number the rows of their materialized input
     if chain is not None and not any(isinstance(s, PyFilter) for s in chain[1]):
         source, steps = chain
         hint = None

@@ -52,19 +52,19 @@ def sql_context() -> Any:
     return register_kernels(SessionContext())
 
 
-def register_chains(ctx: Any, functions: tuple[tuple[str, Any], ...]) -> None:
-    """Register each ``(name, ops)`` slot chain as the SQL function ``name(bytes)``.
+def register_chains(ctx: Any, functions: tuple[tuple[str, Any, int | None], ...]) -> None:
+    """Register each ``(name, ops, seed)`` slot chain as the SQL function ``name(bytes)``.
 
     The function returns ``fixed_shape_tensor`` values when the chain's shape is static
-    (see :mod:`dataio.engine.udf`).
+    (see :mod:`dataio.engine.udf`). A seeded chain is ``name(bytes, position)``.
     """
     from dataio.engine.udf import chain_udf
 
-    for name, ops in functions:
-        ctx.register_udf(chain_udf(ops, name))
+    for name, ops, seed in functions:
+        ctx.register_udf(chain_udf(ops, name, seed))
 
 
-def unregister_chains(ctx: Any, functions: tuple[tuple[str, Any], ...]) -> None:
+def unregister_chains(ctx: Any, functions: tuple[tuple[str, Any, int | None], ...]) -> None:
     """Drop the functions :func:`register_chains` added (plans keep their own copies)."""
-    for name, _ in functions:
+    for name, *_ in functions:
         ctx.deregister_udf(name)

@@ -18,9 +18,13 @@ the scalar function then runs that kernel over each record batch DataFusion hand
 * null values give null rows; a value that fails raises the kernel's error class
   (``DecodeError``, ``LimitError``, ...) naming the row of the batch and its path or
   size: SQL has no ``on_failure``, so the query fails (filter bad rows out first);
-* chains with random ops are refused with a :class:`~dataio.exceptions.PlanError`:
-  DataFusion may split and reorder batches, so no row has a stable position to seed
-  from; augment in a pipeline (``pipe.bind(frame)``), which seeds by record position.
+* a chain with random ops needs a seed (``ChainExpr.seed(s)``) and each row's position
+  (DataFusion may split and reorder batches, so a batch's row offsets are no positions):
+  row ``i`` draws from :func:`~dataio.engine.executor.record_rng` ``(seed, 0, i, 0)``,
+  the generator a single-slot pipeline uses for record ``i`` at epoch 0, so the values
+  equal the slot path's. Frames pass the row's position in the frame's order (see
+  :mod:`dataio.engine.compile`); SQL functions take it as a second argument. Unseeded
+  random chains are refused with a :class:`~dataio.exceptions.PlanError`.
 """
 
 from __future__ import annotations
@@ -77,25 +81,27 @@ class ChainKernel:
     label: str
 
 
-def chain_kernel(ops: tuple[Op, ...]) -> ChainKernel:
+def chain_kernel(ops: tuple[Op, ...], *, seeded: bool = False) -> ChainKernel:
     """Lower ``ops`` (decoder first) into the fused kernel a pipeline slot would run.
 
+    ``seeded``: the caller passes a seed and row positions, so random ops are allowed.
+
     Raises:
-        PlanError: the chain is malformed, random, ends in a batch-level custom op, or
-            yields Python objects or a dtype Arrow cannot hold.
+        PlanError: the chain is malformed, random without a seed, ends in a batch-level
+            custom op, or yields Python objects or a dtype Arrow cannot hold.
     """
     try:
-        return _cached_kernel(ops)
+        return _cached_kernel(ops, seeded)
     except TypeError:  # an unhashable parameter: lower without the cache
-        return _lower_chain(ops)
+        return _lower_chain(ops, seeded)
 
 
 @functools.lru_cache(maxsize=64)
-def _cached_kernel(ops: tuple[Op, ...]) -> ChainKernel:
-    return _lower_chain(ops)
+def _cached_kernel(ops: tuple[Op, ...], seeded: bool) -> ChainKernel:
+    return _lower_chain(ops, seeded)
 
 
-def _lower_chain(ops: tuple[Op, ...]) -> ChainKernel:
+def _lower_chain(ops: tuple[Op, ...], seeded: bool = False) -> ChainKernel:
     from dataio.engine.lower import lower_chain
     from dataio.plan.registry import chain_type
 
@@ -103,11 +109,12 @@ def _lower_chain(ops: tuple[Op, ...]) -> ChainKernel:
     if not ops or ops[0].kind != "decode":
         raise PlanError(f"chain {label}: it must start with a decoder, e.g. decoders.image()")
     kernel = lower_chain(ops)  # the very kernel a pipeline slot with this chain runs
-    if kernel.random:
+    if kernel.random and not seeded:
         raise PlanError(
-            f"chain {label} has random ops: frames and SQL cannot seed them per record "
-            "(DataFusion splits and reorders batches); augment in a pipeline over the frame "
-            "(pipe.bind(frame)), or drop the random ops"
+            f"chain {label} has random ops and no seed: give the chain expression one, "
+            'col("jpeg").image.decode()...random_crop(224).seed(0) (frames seed row i as '
+            "a pipeline run(seed=0) seeds record i); a SQL function of a seeded chain takes "
+            "each row's position too: prep(jpeg, pos)"
         )
     if kernel.custom:
         raise PlanError(f"chain {label}: custom ops run on whole batches in a pipeline only")
@@ -211,25 +218,78 @@ def _as_view(values: Any) -> Any:
 # -- running -----------------------------------------------------------------------------------
 
 
-def run_batch(chain: ChainKernel, values: Any, *, paths: bool = False) -> Any:
+def run_batch(
+    chain: ChainKernel,
+    values: Any,
+    *,
+    paths: bool = False,
+    seed: int | None = None,
+    positions: Any = None,
+) -> Any:
     """Run ``chain``'s kernel over every value of an Arrow array; an array of ``arrow_type``.
 
     ``values`` are encoded bytes (``binary``, ``large_binary`` or ``binary_view``), or
-    paths/URIs (UTF-8) when ``paths`` is true. Null values give null rows.
+    paths/URIs (UTF-8) when ``paths`` is true. Null values give null rows. A random
+    chain needs ``seed`` and ``positions`` (an integer array, one per value): row ``i``
+    draws from ``record_rng(seed, 0, positions[i], 0)``, as record ``positions[i]`` of a
+    single-slot pipeline at epoch 0.
 
     Raises:
         DataioError: the first failing row's error (its class kept), naming the row.
     """
     values = _as_view(values)
     valid = ~np.asarray(values.is_null().to_numpy(zero_copy_only=False), bool)
-    out, results = _run_rows(chain, values, valid, paths=paths)
+    rngs = _generators(chain, seed, positions, valid)
+    out, results = _run_rows(chain, values, valid, paths=paths, rngs=rngs)
     if out is not None:
         return _tensor_column(chain, out, valid)
     return _variable_column(chain, results, valid)
 
 
+def _generators(
+    chain: ChainKernel, seed: int | None, positions: Any, valid: np.ndarray
+) -> Callable[[int], Any] | None:
+    """``rng(i)``: row ``i``'s generator, for a random chain (``None`` otherwise)."""
+    if not chain.kernel.random:
+        return None
+    from dataio.engine.executor import record_rng
+
+    pa = pa_module()
+    if seed is None or positions is None:
+        raise PlanError(f"chain {chain.label} has random ops: it needs a seed and row positions")
+    if isinstance(positions, pa.ChunkedArray):
+        positions = positions.combine_chunks()
+    if len(positions) != len(valid):
+        raise QueryError(f"chain {chain.label}: {len(positions)} positions for {len(valid)} rows")
+    missing = np.asarray(positions.is_null().to_numpy(zero_copy_only=False), bool) & valid
+    if missing.any():
+        raise QueryError(
+            f"chain {chain.label}: row {int(np.flatnonzero(missing)[0])} of the batch has a "
+            "null position; pass each row's position (an integer >= 0) as the second argument"
+        )
+    try:
+        at = np.asarray(positions.fill_null(0).cast(pa.int64()).to_numpy(), np.int64)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise QueryError(
+            f"chain {chain.label}: positions must be integers, got {positions.type}"
+        ) from exc
+    negative = (at < 0) & valid
+    if negative.any():
+        row = int(np.flatnonzero(negative)[0])
+        raise QueryError(
+            f"chain {chain.label}: row {row} of the batch has position {int(at[row])}; "
+            "positions are integers >= 0"
+        )
+    return lambda i: record_rng(seed, 0, int(at[i]), 0)
+
+
 def _run_rows(
-    chain: ChainKernel, values: Any, rows: np.ndarray, *, paths: bool = False
+    chain: ChainKernel,
+    values: Any,
+    rows: np.ndarray,
+    *,
+    paths: bool = False,
+    rngs: Callable[[int], Any] | None = None,
 ) -> tuple[np.ndarray | None, list[np.ndarray | None]]:
     """The kernel over the rows where ``rows`` is true: one buffer when the shape is
     static (other rows zero), else one array per row (``None`` elsewhere)."""
@@ -254,7 +314,8 @@ def _run_rows(
                     from dataio.io import read_bytes
 
                     encoded = read_bytes(bytes(data).decode("utf-8", "surrogateescape"))
-                value, _ = run(encoded, None, out[i] if direct and out is not None else None)
+                rng = None if rngs is None else rngs(i)
+                value, _ = run(encoded, rng, out[i] if direct and out is not None else None)
                 if not direct:
                     value = _checked(chain, np.asarray(value))
             except Exception as exc:
@@ -400,49 +461,76 @@ def _variable_column(
 # -- DataFusion --------------------------------------------------------------------------------
 
 
-def chain_udf(ops: tuple[Op, ...], name: str) -> Any:
+def chain_udf(ops: tuple[Op, ...], name: str, seed: int | None = None) -> Any:
     """A DataFusion scalar function ``name(bytes)`` running the chain (for SQL).
 
     ``bytes`` may be any binary column; for columns of paths, use the frame expression.
+    With a ``seed`` the function is ``name(bytes, position)``: ``position`` (an integer
+    per row) seeds the row's random ops as a pipeline seeds that record.
     """
     import pyarrow as pa
     from datafusion import udf
 
-    chain = chain_kernel(ops)
-
-    def call(values: Any) -> Any:
-        return run_batch(chain, values)
-
+    chain = chain_kernel(ops, seeded=seed is not None)
     field = pa.field(name, chain.arrow_type)
-    return udf(call, [pa.field("value", pa.binary_view())], field, "immutable", name)
+    if seed is None:
+
+        def call(values: Any) -> Any:
+            return run_batch(chain, values)
+
+        return udf(call, [pa.field("value", pa.binary_view())], field, "immutable", name)
+
+    def seeded(values: Any, positions: Any) -> Any:
+        return run_batch(chain, values, seed=seed, positions=positions)
+
+    inputs = [pa.field("value", pa.binary_view()), pa.field("position", pa.int64())]
+    return udf(seeded, inputs, field, "immutable", name)
 
 
-def _frame_udf(ops: tuple[Op, ...]) -> Any:
-    """The chain as a two-argument function: the values as views and their type's name."""
+def _frame_udf(ops: tuple[Op, ...], seed: int | None) -> Any:
+    """The chain as a function of the values (as views), their type's name and, for a
+    seeded chain, each row's position."""
     import pyarrow as pa
     from datafusion import udf
 
-    chain = chain_kernel(ops)
+    chain = chain_kernel(ops, seeded=seed is not None)
+
+    def kind(types: Any) -> Any:
+        # the type's name through NumPy: no Python scalar per batch (as_py)
+        return types.slice(0, 1).to_numpy(zero_copy_only=False)[0] if len(types) else None
 
     def call(values: Any, types: Any) -> Any:
-        # the type's name through NumPy: no Python scalar per batch (as_py)
-        kind = types.slice(0, 1).to_numpy(zero_copy_only=False)[0] if len(types) else None
-        return run_batch(chain, values, paths=kind in _PATH_TYPES)
+        return run_batch(chain, values, paths=kind(types) in _PATH_TYPES)
+
+    def seeded(values: Any, types: Any, positions: Any) -> Any:
+        paths = kind(types) in _PATH_TYPES
+        return run_batch(chain, values, paths=paths, seed=seed, positions=positions)
 
     inputs = [pa.field("value", pa.binary_view()), pa.field("type", pa.string())]
-    return udf(call, inputs, pa.field("chain", chain.arrow_type), "immutable", "dataio_chain")
+    field = pa.field("chain", chain.arrow_type)
+    if seed is None:
+        return udf(call, inputs, field, "immutable", "dataio_chain")
+    inputs.append(pa.field("position", pa.int64()))
+    return udf(seeded, inputs, field, "immutable", "dataio_chain")
 
 
-def compile_chain(ops: tuple[Op, ...], value: Any) -> Any:
+def compile_chain(
+    ops: tuple[Op, ...], value: Any, *, seed: int | None = None, position: Any = None
+) -> Any:
     """A DataFusion expression running the chain over the compiled expression ``value``.
 
     Binary columns are read as bytes, string columns as paths; the kernel runs once per
-    record batch when the frame runs.
+    record batch when the frame runs. A seeded chain also reads ``position``, the
+    compiled expression giving each row's position.
     """
     import pyarrow as pa
     from datafusion import functions as f
 
-    return _frame_udf(ops)(value.cast(pa.binary_view()), f.arrow_typeof(value))
+    function = _frame_udf(ops, seed)
+    args = [value.cast(pa.binary_view()), f.arrow_typeof(value)]
+    if seed is not None:
+        args.append(position.cast(pa.int64()))
+    return function(*args)
 
 
 def decode_image_udf() -> Any:

@@ -303,7 +303,8 @@ class Expr:
         if op == "agg":
             return "count()" if args[0] == "count_all" else f"{args[1].describe()}.{args[0]}()"
         if op == "chain":
-            return args[0].describe() + "".join(f".{op!r}" for op in args[1])
+            seed = f".seed({args[2]})" if len(args) > 2 and args[2] is not None else ""
+            return args[0].describe() + "".join(f".{op!r}" for op in args[1]) + seed
         raise PlanError(f"unknown expression node {op!r}")  # pragma: no cover
 
     def __repr__(self) -> str:
@@ -359,6 +360,7 @@ class ChainExpr(Expr):
     ``ops`` are the same :class:`~dataio.plan.ops.Op` values a slot chain holds (the decoder
     first) and are validated the same way. Start one from a namespace
     (``col("jpeg").image.decode()``); the methods append ops and return a new chain.
+    A chain with random ops needs :meth:`seed` to run in a frame or in SQL.
 
     Example:
         >>> col("jpeg").image.decode().resize_short(256).center_crop(224)  # doctest: +SKIP
@@ -377,6 +379,29 @@ class ChainExpr(Expr):
         """The chain's ops, decoder first."""
         return self.args[1]
 
+    @property
+    def chain_seed(self) -> int | None:
+        """The seed given with :meth:`seed`, or ``None``."""
+        return self.args[2] if len(self.args) > 2 else None
+
+    def seed(self, seed: int) -> ChainExpr:
+        """Seed the chain's random ops, as ``pipeline.run(seed=seed)`` seeds a slot.
+
+        Row ``i`` of a frame (its position in the frame's order, where the chain runs)
+        draws from the generator a single-slot pipeline over the same frame uses for
+        record ``i`` at epoch 0, so a frame column equals the batches of
+        ``pipeline(slot(...).<same chain>, batch(n)).bind(frame).run(seed=seed)``. As a
+        SQL function, the chain takes each row's position as a second argument:
+        ``prep(jpeg, pos)``.
+
+        Example:
+            >>> prep = col("jpeg").image.decode().random_crop(224).seed(0)  # doctest: +SKIP
+            >>> frame.with_columns(x=prep)  # doctest: +SKIP
+        """
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise PlanError(f"{self.describe()}: seed() needs an integer >= 0, got {seed!r}")
+        return _chain(self.base, self.ops, seed)
+
     def then(self, *ops: Op) -> ChainExpr:
         """Append ops built by :mod:`dataio.decoders` / :mod:`dataio.transforms`."""
         for op in ops:
@@ -384,7 +409,7 @@ class ChainExpr(Expr):
                 raise PlanError(f"{self.describe()}: expected an op, got {op!r}")
         chain = self.ops + ops
         registry.validate_chain(f"expression {self.base.describe()}", chain)
-        return ChainExpr("chain", self.base, chain)
+        return _chain(self.base, chain, self.chain_seed)
 
     def when(self, predicate: Predicate) -> registry.When[ChainExpr]:
         """Branch on the decoded value's shape: ``.when(p).then(*ops).otherwise(*ops)``.
@@ -400,7 +425,8 @@ class ChainExpr(Expr):
     def otherwise(self, *ops: Op) -> ChainExpr:
         """The ops of the last ``when`` branch's false side."""
         where = f"expression {self.base.describe()}"
-        return ChainExpr("chain", self.base, registry.with_otherwise(where, self.ops, ops))
+        chain = registry.with_otherwise(where, self.ops, ops)
+        return _chain(self.base, chain, self.chain_seed)
 
     resize = registry.chain_method(registry.resize)
     resize_short = registry.chain_method(registry.resize_short)
@@ -418,6 +444,13 @@ class ChainExpr(Expr):
     standardize = registry.chain_method(registry.standardize)
     fix_length = registry.chain_method(registry.fix_length)
     gain = registry.chain_method(registry.gain)
+
+
+def _chain(base: Expr, ops: tuple[Op, ...], seed: int | None) -> ChainExpr:
+    """``Expr("chain", base, ops)``, with the seed as a third argument when there is one."""
+    if seed is None:
+        return ChainExpr("chain", base, ops)
+    return ChainExpr("chain", base, ops, seed)
 
 
 class _Namespace:

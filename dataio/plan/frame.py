@@ -326,17 +326,21 @@ class Sql(Node):
 
     query: str
     tables: tuple[tuple[str, Node], ...]
-    functions: tuple[tuple[str, tuple[Any, ...]], ...] = ()  # (name, slot chain ops)
+    #: (name, slot chain ops, seed or None): a seeded chain is ``name(bytes, position)``
+    functions: tuple[tuple[str, tuple[Any, ...], int | None], ...] = ()
 
     def children(self) -> tuple[Node, ...]:
         return tuple(node for _, node in self.tables)
 
     def label(self) -> str:
-        extra = f", functions={[name for name, _ in self.functions]}" if self.functions else ""
+        extra = f", functions={[f[0] for f in self.functions]}" if self.functions else ""
         return f"sql({self.query!r}, tables={[name for name, _ in self.tables]}{extra})"
 
     def describe(self) -> dict[str, Any]:
         out = {"sql": self.query, "tables": {name: node.describe() for name, node in self.tables}}
         if self.functions:
-            out["functions"] = {n: [op.describe() for op in ops] for n, ops in self.functions}
+            out["functions"] = {
+                n: [op.describe() for op in ops] + ([] if seed is None else [f"seed({seed})"])
+                for n, ops, seed in self.functions
+            }
         return out
