@@ -80,10 +80,11 @@ fuzz: $(VENV)/.test
 	$(PY) fuzz/run.py --minutes $(FUZZ_MINUTES) --seed $(FUZZ_SEED) --jobs $(FUZZ_JOBS) $(if $(FUZZ_TARGETS),--targets $(FUZZ_TARGETS))
 
 # The C extensions built with AddressSanitizer and UBSan into a copy of the package under
-# build/asan (the normal .so files stay as they are), then the kernel tests (tests/udfs)
+# build/asan (the normal .so files stay as they are), then the kernel tests (tests/udfs, the
+# dict-column and permutation helpers)
 # that reach them and, where the fuzz replay exists, the fuzz corpus, run against that copy.
 ASAN_DIR := build/asan
-ASAN_TESTS := tests/udfs
+ASAN_TESTS := tests/udfs tests/engine/test_columnar_python.py tests/sources/test_shuffle_fast.py
 # the fuzz harness classifies signals and out-of-memory itself: let SIGSEGV through and
 # make an allocation over the address-space cap return NULL (a MemoryError), not abort
 ASAN_FUZZ := handle_segv=0:allocator_may_return_null=1
