@@ -429,7 +429,7 @@ class Executor:
                 if self._whole_jobs:
                     self._queue.append((job, rows))
                 else:
-                    step = _rows_per_task(job.size) if job.arrow else 1
+                    step = _rows_per_task(job.size, self._limit) if job.arrow else 1
                     self._queue.extend((job, rows[row : row + step]) for row in rows[::step])
             self._admit()
 
@@ -618,10 +618,11 @@ class Executor:
                 return
 
 
-def _rows_per_task(size: int) -> int:
+def _rows_per_task(size: int, concurrency: int) -> int:
     """Rows of an Arrow job per pool task: up to :data:`ARROW_ROWS_PER_TASK`, fewer when
-    the batch is small, so that each pool thread still gets about two tasks per batch."""
-    return max(1, min(ARROW_ROWS_PER_TASK, size // (2 * cpu_workers())))
+    the batch is small (each pool thread still gets about two tasks per batch) and never
+    more than ``concurrency`` (a loader limited to N records in flight submits <= N)."""
+    return max(1, min(ARROW_ROWS_PER_TASK, size // (2 * cpu_workers()), concurrency))
 
 
 def _close_chunks(chunks: Iterator[Chunk]) -> None:

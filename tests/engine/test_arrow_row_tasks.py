@@ -78,3 +78,13 @@ def test_a_small_batch_runs_a_task_per_row(submitted: dict[str, int]) -> None:
     got = list(pipe.bind(TableSource(table)).run())
     assert submitted["tasks"] == 6  # 3 rows // (2 tasks x 2 workers): one row a task
     assert [b.indices for b in got] == [[0, 1, 2], [3, 4, 5]]
+
+
+def test_tasks_hold_no_more_rows_than_the_concurrency(submitted: dict[str, int]) -> None:
+    images = [jpeg(16, 16, i) for i in range(32)]
+    table = pa.table({"image": pa.array(images, pa.binary())})
+    pipe = dataio.pipeline(dataio.slot("image").decode_image().resize(h=4, w=4), dataio.batch(32))
+    (got,) = pipe.bind(TableSource(table)).run(concurrency=2)
+    assert submitted["tasks"] == 16  # tasks of 2 rows, not 8
+    (want,) = pipe.bind([{"image": im} for im in images]).run()
+    np.testing.assert_array_equal(got["image"], want["image"])
