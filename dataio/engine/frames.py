@@ -7,7 +7,8 @@ schema check reaches it here, so the engine's modules can change behind one surf
 from __future__ import annotations
 
 from dataio.engine.explain import explain
-from dataio.engine.frame_rows import frame_rows, unaddressable_reason
+from dataio.engine.frame_address import unaddressable_reason
+from dataio.engine.frame_rows import frame_rows
 from dataio.engine.plain import plain_table
 from dataio.engine.records import iter_records
 from dataio.engine.run import collect_table, stream_batches

@@ -19,8 +19,9 @@ import pytest
 from helpers.resume import check_resume
 
 import dataio
-from dataio.engine import frame_rows
-from dataio.engine.frame_rows import READ_AHEAD, FrameRows, reads_in_flight
+from dataio.engine import frame_readahead
+from dataio.engine.frame_readahead import READ_AHEAD, reads_in_flight
+from dataio.engine.frame_rows import FrameRows
 from dataio.exceptions import FormatError
 from dataio.frame import LazyFrame, scan_feather, scan_parquet
 
@@ -229,7 +230,7 @@ def test_closing_a_stream_cancels_queued_reads(
 
     one = ThreadPoolExecutor(1, thread_name_prefix="dataio-cpu")
     monkeypatch.setattr(pool, "_pool", one)
-    monkeypatch.setattr(frame_rows, "READ_AHEAD", 4)
+    monkeypatch.setattr(frame_readahead, "READ_AHEAD", 4)
     try:
         rows = rows_of(frame_of(files, "parquet"))
         stream = rows.stream_run(0, TOTAL)
@@ -287,11 +288,11 @@ def test_padding_of_a_shard_is_read_by_position(files: dict[str, Any]) -> None:
 
 
 def test_batches_of_a_pass_share_their_row_group_buffers(files: dict[str, Any]) -> None:
-    from dataio.engine.frame_rows import _one_batch
+    from dataio.engine.frame_blocks import one_batch
     from dataio.engine.stream import ShardSpec, plan_chunks
 
     table = pq.ParquetFile(files["parquet"][0]).read_row_groups([0])
-    batch = _one_batch(table, table.schema)  # a single chunk is taken as is, not copied
+    batch = one_batch(table, table.schema)  # a single chunk is taken as is, not copied
     for column, chunks in zip(batch.columns, table.columns, strict=True):
         assert column.buffers()[-1].address == chunks.chunk(0).buffers()[-1].address
 

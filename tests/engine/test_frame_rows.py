@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 import dataio
 from dataio import col
-from dataio.engine.frame_rows import FrameRows, ShardPositions
+from dataio.engine.frame_rows import FrameRows
+from dataio.engine.frame_shards import ShardPositions
 from dataio.exceptions import FormatError, LimitError, OutOfRangeError, PlanError
 from dataio.frame import LazyFrame, scan_feather, scan_parquet
 from dataio.plan.frame import Scan
@@ -500,10 +501,10 @@ def test_a_damaged_feather_file_is_a_format_error(tmp_path: Path) -> None:
 def test_threads_share_one_view(data: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    import dataio.engine.frame_rows as frame_rows
+    import dataio.engine.frame_blocks as frame_blocks
 
-    monkeypatch.setattr(frame_rows, "CACHE_BYTES", 4096)  # evictions while others read
-    monkeypatch.setattr(frame_rows, "OPEN_FILES", 1)
+    monkeypatch.setattr(frame_blocks, "CACHE_BYTES", 4096)  # evictions while others read
+    monkeypatch.setattr(frame_blocks, "OPEN_FILES", 1)
     n = data["whole"].num_rows
     rng = np.random.default_rng(4)
     asks = [rng.integers(0, n, 40).tolist() for _ in range(48)]
