@@ -30,7 +30,9 @@ def is_engine_error(exc: BaseException) -> bool:
 def translate(exc: BaseException, where: str, path: str | None = None) -> DataioError:
     """A DataFusion error as a :class:`DataioError` saying what and where."""
     message = _clean(str(exc))
-    from dataio.engine.udf import raised_error  # a batched kernel's row error keeps its class
+    from dataio.engine.udf_errors import (
+        raised_error,
+    )  # a batched kernel's row error keeps its class
 
     if (known := raised_error(str(exc), where)) is not None:
         return known

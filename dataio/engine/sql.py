@@ -16,7 +16,7 @@ __all__ = ["register_chains", "register_kernels", "sql_context", "unregister_cha
 
 
 def _image_size(values: Any) -> Any:
-    from dataio.engine.udf import image_sizes
+    from dataio.engine.udf_image import image_sizes
 
     return image_sizes(values)
 
@@ -30,7 +30,7 @@ def register_kernels(ctx: Any) -> Any:
     import pyarrow as pa
     from datafusion import udf
 
-    from dataio.engine.udf import decode_image_udf
+    from dataio.engine.udf_image import decode_image_udf
 
     ctx.register_udf(decode_image_udf())
     ctx.register_udf(

@@ -24,7 +24,8 @@ from PIL import Image
 import dataio
 from dataio import Expr, decoders, transforms
 from dataio.engine import pool as pool_module
-from dataio.engine.udf import chain_kernel, run_batch
+from dataio.engine.udf_kernel import chain_kernel
+from dataio.engine.udf_run import run_batch
 from dataio.exceptions import DecodeError, LimitError, NotFoundError, PlanError
 from dataio.plan.ops import IMAGENET_MEAN, IMAGENET_STD, Op
 from dataio.testing import photo_like
@@ -472,7 +473,7 @@ def test_views_pointing_outside_their_buffers_are_decode_errors(
 
 
 def test_image_size_reads_headers_in_place(jpegs: list[bytes]) -> None:
-    from dataio.engine.udf import image_sizes
+    from dataio.engine.udf_image import image_sizes
 
     values = pa.array([jpegs[0], None, jpegs[2]], pa.binary()).cast(pa.binary_view())
     sizes = image_sizes(values).to_pylist()
