@@ -1,30 +1,27 @@
-"""The blocks of a positional frame: their layout, the Parquet and Feather readers, the cache.
+"""The blocks of a positional frame: their layout and the decoded-block cache.
 
 A block is a Parquet row group or a Feather record batch, the unit read from a file.
 :class:`FrameBlocks` (a base of :class:`~dataio.engine.frame_rows.FrameRows`) reads the
-files' footers once into a layout of blocks by scan position, reads blocks projected,
-renamed and typed as the frame, and keeps decoded blocks in a bounded cache.
+files' footers once into a layout of blocks by scan position and keeps decoded blocks
+in a bounded cache; blocks are read by :mod:`~dataio.engine.frame_readers`.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dataio.exceptions import FormatError, NotFoundError, OutOfRangeError
+from dataio.engine.frame_readers import BlockReaders
+from dataio.exceptions import FormatError, OutOfRangeError
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from dataio.engine.frame_address import Addressed
 
 __all__ = [
     "CACHE_BYTES",
-    "OPEN_FILES",
     "Block",
     "FrameBlocks",
     "check_range",
@@ -36,10 +33,6 @@ __all__ = [
 #: consecutive batches of an unshuffled pass fall in the same row group, which is then
 #: decoded once, not once per batch.
 CACHE_BYTES = 256 << 20
-
-#: Feather files kept open (memory-mapped) at once: a scan of thousands of files must not
-#: hold a descriptor for each.
-OPEN_FILES = 64
 
 _MAX_ROWS = 1 << 62
 
@@ -54,27 +47,24 @@ class Block:
     rows: int
 
 
-class FrameBlocks:
-    """Block layout, reads and the decoded-block cache of a positional frame.
+class FrameBlocks(BlockReaders):
+    """Block layout and the decoded-block cache of a positional frame.
 
     The state is set by :class:`~dataio.engine.frame_rows.FrameRows`; the lock, cache and
     open readers are process-local (a pickled copy reopens what it reads).
     """
 
-    addressed: Addressed
     _schema: pa.Schema
-    _base: pa.Schema
     _blocks: list[Block] | None
-    _starts: Any
+    _starts: Any  # numpy int64: each block's first scan position
     _start_list: list[int]
     _length: int
-    _metadata: list[Any]
 
     def _init_state(self) -> None:
         self._lock = threading.Lock()
         self._cache: OrderedDict[tuple[int, int], pa.RecordBatch] = OrderedDict()
         self._cached_bytes = 0
-        self._readers: OrderedDict[int, Any] = OrderedDict()  # Feather: open memory maps
+        self._readers = OrderedDict()  # Feather: open memory maps
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -174,130 +164,6 @@ class FrameBlocks:
             while self._cached_bytes > CACHE_BYTES and len(self._cache) > 1:
                 _, old = self._cache.popitem(last=False)
                 self._cached_bytes -= old.nbytes
-
-    def _read(self, file: int, indices: list[int]) -> list[pa.Table]:
-        """Blocks ``indices`` of file ``file``, projected, renamed and typed as the frame."""
-        scan = self.addressed.scan
-        with self._mapped_errors(file):
-            if scan.format == "parquet":
-                tables = self._read_parquet(file, indices)
-            else:
-                tables = self._read_feather(file, indices)
-        return [self._conform(table, scan.files[file]) for table in tables]
-
-    @contextmanager
-    def _mapped_errors(self, file: int) -> Iterator[None]:
-        """Errors reading file ``file`` as dataio's (naming the file)."""
-        import pyarrow as pa
-
-        from dataio.formats._arrow import open_error
-
-        scan = self.addressed.scan
-        path = scan.files[file]
-        try:
-            yield
-        except FileNotFoundError:
-            raise NotFoundError(f"{scan.label()}: the file {path!r} is gone") from None
-        except pa.ArrowException as exc:
-            raise FormatError(f"{scan.label()}: cannot read {path!r}: {exc}") from None
-        except OSError as exc:
-            raise open_error(exc, path, scan.label()) from None
-
-    def _file_columns(self) -> list[str] | None:
-        columns = self.addressed.columns
-        return None if columns is None else list(dict.fromkeys(src for src, _ in columns))
-
-    def _read_parquet(self, file: int, indices: list[int]) -> list[pa.Table]:
-        metadata = self._metadata[file]
-        reader, columns = self._parquet_file(file, indices, pooled=False)
-        with reader:
-            table = reader.read_row_groups(indices, columns=columns)
-        out, first = [], 0
-        for index in indices:  # one read, split back into its row groups (no copy)
-            rows = metadata.row_group(index).num_rows
-            out.append(table.slice(first, rows))
-            first += rows
-        return out
-
-    def _parquet_file(
-        self, file: int, indices: list[int], *, pooled: bool
-    ) -> tuple[Any, list[str] | None]:
-        """File ``file`` opened to read row groups ``indices`` (within the decode limit),
-        and the columns to read."""
-        import pyarrow.parquet as pq
-
-        from dataio import limits
-
-        scan = self.addressed.scan
-        path = scan.files[file]
-        metadata = self._metadata[file]
-        wanted = self._file_columns()
-        for index in indices:
-            group = metadata.row_group(index)
-            size = sum(
-                group.column(j).total_uncompressed_size
-                for j in range(group.num_columns)
-                if wanted is None or group.column(j).path_in_schema.split(".")[0] in wanted
-            )
-            limits.check(
-                "max_decoded_bytes",
-                size,
-                what=f"{scan.label()}: row group {index} of {path!r} ({size} bytes decoded)",
-            )
-        names = set(metadata.schema.to_arrow_schema().names)
-        columns = None if wanted is None else [c for c in wanted if c in names]
-        # Read on the pool (one thread per row group, no Arrow threads to oversubscribe
-        # the cores), a memory map saves a copy: row groups of JPEGs read ~15% faster
-        return pq.ParquetFile(path, metadata=metadata, memory_map=pooled), columns
-
-    def _read_feather(self, file: int, indices: list[int]) -> list[pa.Table]:
-        import pyarrow as pa
-
-        from dataio.formats._arrow import check_ipc_file
-
-        scan = self.addressed.scan
-        path = scan.files[file]
-        with self._lock:
-            reader = self._readers.get(file)
-            if reader is None:
-                check_ipc_file(path, scan.label())
-                reader = pa.ipc.open_file(pa.memory_map(path))
-                self._readers[file] = reader
-                if len(self._readers) > OPEN_FILES:
-                    self._readers.popitem(last=False)  # its batches keep their mapping
-            self._readers.move_to_end(file)
-        wanted = self._file_columns()
-        out = []
-        for index in indices:
-            with self._lock:  # one reader per file, shared by the pool's threads
-                batch = reader.get_batch(index)
-            table = pa.Table.from_batches([batch])
-            if wanted is not None:
-                table = table.select([c for c in wanted if c in table.schema.names])
-            out.append(table)
-        return out
-
-    def _conform(self, table: pa.Table, path: str) -> pa.Table:
-        """``table`` with the frame's column names and types (nulls for absent columns)."""
-        import pyarrow as pa
-
-        columns = self.addressed.columns or tuple((n, n) for n in self._base.names)
-        arrays = []
-        for (source, _), field in zip(columns, self._base, strict=True):
-            if source not in table.schema.names:
-                arrays.append(pa.nulls(table.num_rows, field.type))  # as DataFusion fills it
-                continue
-            column = table.column(source)
-            if column.type != field.type:
-                try:
-                    column = column.cast(field.type)
-                except (pa.ArrowException, ValueError) as exc:
-                    raise FormatError(
-                        f"{self.addressed.scan.label()}: column {source!r} of {path!r} is "
-                        f"{column.type}, not the frame's {field.type}: {exc}"
-                    ) from None
-            arrays.append(column)
-        return pa.Table.from_arrays(arrays, schema=self._base)
 
 
 def check_range(low: int, high: int, n: int) -> None:

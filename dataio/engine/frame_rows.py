@@ -20,7 +20,8 @@ downloaded or streamed by DataFusion) and CSV/JSON/TFRecord scans are not addres
 :func:`frame_rows` returns ``None`` and they stream.
 
 The parts: :mod:`~dataio.engine.frame_address` (which plans have positions),
-:mod:`~dataio.engine.frame_blocks` (block layout, Parquet/Feather reads, the cache),
+:mod:`~dataio.engine.frame_blocks` (block layout, the cache),
+:mod:`~dataio.engine.frame_readers` (Parquet/Feather block reads),
 :mod:`~dataio.engine.frame_readahead` (sequential passes), :mod:`~dataio.engine.frame_steps`
 (computed columns) and :mod:`~dataio.engine.frame_shards` (shard positions).
 """

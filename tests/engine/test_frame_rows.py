@@ -502,9 +502,10 @@ def test_threads_share_one_view(data: dict[str, Any], monkeypatch: pytest.Monkey
     from concurrent.futures import ThreadPoolExecutor
 
     import dataio.engine.frame_blocks as frame_blocks
+    import dataio.engine.frame_readers as frame_readers
 
     monkeypatch.setattr(frame_blocks, "CACHE_BYTES", 4096)  # evictions while others read
-    monkeypatch.setattr(frame_blocks, "OPEN_FILES", 1)
+    monkeypatch.setattr(frame_readers, "OPEN_FILES", 1)
     n = data["whole"].num_rows
     rng = np.random.default_rng(4)
     asks = [rng.integers(0, n, 40).tolist() for _ in range(48)]
