@@ -20,6 +20,7 @@ from dataio.exceptions import PlanError
 from dataio.plan import registry
 from dataio.plan.ops import Op
 from dataio.plan.predicates import Predicate
+from dataio.plan.registry.methods import TransformMethods
 
 __all__ = [
     "AGGREGATES",
@@ -354,7 +355,7 @@ def _lit_text(value: Any) -> str:
 # -- op chains -----------------------------------------------------------------------------
 
 
-class ChainExpr(Expr):
+class ChainExpr(Expr, TransformMethods):
     """``Expr("chain", base, ops)``: registry ops applied to a column, as in a slot chain.
 
     ``ops`` are the same :class:`~dataio.plan.ops.Op` values a slot chain holds (the decoder
@@ -428,22 +429,6 @@ class ChainExpr(Expr):
         chain = registry.with_otherwise(where, self.ops, ops)
         return _chain(self.base, chain, self.chain_seed)
 
-    resize = registry.chain_method(registry.resize)
-    resize_short = registry.chain_method(registry.resize_short)
-    center_crop = registry.chain_method(registry.center_crop)
-    random_crop = registry.chain_method(registry.random_crop)
-    random_resized_crop = registry.chain_method(registry.random_resized_crop)
-    random_flip = registry.chain_method(registry.random_flip)
-    normalize = registry.chain_method(registry.normalize)
-    output = registry.chain_method(registry.output)
-    pad = registry.chain_method(registry.pad)
-    rotate90 = registry.chain_method(registry.rotate90)
-    grayscale = registry.chain_method(registry.grayscale)
-    color_jitter = registry.chain_method(registry.color_jitter)
-    to_dtype = registry.chain_method(registry.to_dtype)
-    standardize = registry.chain_method(registry.standardize)
-    fix_length = registry.chain_method(registry.fix_length)
-    gain = registry.chain_method(registry.gain)
 
 
 def _chain(base: Expr, ops: tuple[Op, ...], seed: int | None) -> ChainExpr:

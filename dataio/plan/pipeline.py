@@ -22,6 +22,7 @@ from dataio.plan.naming import callable_name
 from dataio.plan.ops import Op, positive_int
 from dataio.plan.predicates import Predicate
 from dataio.plan.registry.chain import When
+from dataio.plan.registry.methods import TransformMethods
 
 if TYPE_CHECKING:
     from dataio.loader import Loader
@@ -99,7 +100,7 @@ ShapeStage = BatchStage | CollateStage | GroupByStage
 
 
 @dataclass(frozen=True)
-class Slot:
+class Slot(TransformMethods):
     """One field of a record turned into one column of every batch.
 
     A slot is either a chain of ops (a decoder first, then transforms) or a passthrough
@@ -144,22 +145,6 @@ class Slot:
     decode_text = registry.chain_method(registry.decode_text)
     decode_bytes = registry.chain_method(registry.decode_bytes)
     decode_pt = registry.chain_method(registry.decode_pt)
-    resize = registry.chain_method(registry.resize)
-    resize_short = registry.chain_method(registry.resize_short)
-    center_crop = registry.chain_method(registry.center_crop)
-    random_crop = registry.chain_method(registry.random_crop)
-    random_resized_crop = registry.chain_method(registry.random_resized_crop)
-    random_flip = registry.chain_method(registry.random_flip)
-    normalize = registry.chain_method(registry.normalize)
-    output = registry.chain_method(registry.output)
-    pad = registry.chain_method(registry.pad)
-    rotate90 = registry.chain_method(registry.rotate90)
-    grayscale = registry.chain_method(registry.grayscale)
-    color_jitter = registry.chain_method(registry.color_jitter)
-    to_dtype = registry.chain_method(registry.to_dtype)
-    standardize = registry.chain_method(registry.standardize)
-    fix_length = registry.chain_method(registry.fix_length)
-    gain = registry.chain_method(registry.gain)
 
     def active_when(self, predicate: Predicate) -> Slot:
         """Decode this optional slot only for records where a field ``predicate`` holds.
