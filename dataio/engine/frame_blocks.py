@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dataio.engine.frame_readers import BlockReaders
+from dataio.engine.plain import empty_arrays
 from dataio.exceptions import FormatError, OutOfRangeError
 
 if TYPE_CHECKING:
@@ -181,13 +182,7 @@ def one_batch(table: pa.Table, schema: pa.Schema) -> pa.RecordBatch:
 
 
 def empty_batch(schema: pa.Schema) -> pa.RecordBatch:
+    """A batch with no rows of ``schema`` (extension types included)."""
     import pyarrow as pa
 
-    arrays = []
-    for field in schema:
-        if isinstance(field.type, pa.BaseExtensionType):
-            storage = pa.array([], field.type.storage_type)
-            arrays.append(pa.ExtensionArray.from_storage(field.type, storage))
-        else:
-            arrays.append(pa.array([], field.type))
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    return pa.RecordBatch.from_arrays(empty_arrays(schema), schema=schema)

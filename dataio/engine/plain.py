@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["empty_table", "plain_batch", "plain_schema", "plain_table", "view_schema"]
+__all__ = [
+    "empty_arrays",
+    "empty_table",
+    "plain_batch",
+    "plain_schema",
+    "plain_table",
+    "view_schema",
+]
 
 
 def _plain_type(dtype: Any) -> Any:
@@ -56,8 +63,9 @@ def plain_table(table: Any) -> Any:
     return table if table.schema.equals(schema) else table.cast(schema)
 
 
-def empty_table(schema: Any) -> Any:
-    """A table with no rows (``Schema.empty_table`` fails on some extension types)."""
+def empty_arrays(schema: Any) -> list[Any]:
+    """One array with no rows per field (``Schema.empty_table`` fails on some extension
+    types)."""
     import pyarrow as pa
 
     arrays = []
@@ -67,4 +75,11 @@ def empty_table(schema: Any) -> Any:
             arrays.append(pa.ExtensionArray.from_storage(field.type, storage))
         else:
             arrays.append(pa.array([], field.type))
-    return pa.Table.from_arrays(arrays, schema=schema)
+    return arrays
+
+
+def empty_table(schema: Any) -> Any:
+    """A table with no rows of ``schema``, extension types included."""
+    import pyarrow as pa
+
+    return pa.Table.from_arrays(empty_arrays(schema), schema=schema)
