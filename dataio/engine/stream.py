@@ -26,6 +26,7 @@ import numpy as np
 from dataio.exceptions import DataioError, FieldError, PlanError
 from dataio.plan.pipeline import BatchStage, CollateStage, ShapeStage
 from dataio.sources.adapters import SequenceSource
+from dataio.sources.arrow import takeable_type
 from dataio.sources.base import IndexedSource, Source
 from dataio.sources.permutation import PermutedIndexed
 
@@ -386,25 +387,8 @@ def _take(batch: pa.RecordBatch, rows: pa.Array) -> pa.RecordBatch:
         return batch.take(rows)
     except pa.ArrowNotImplementedError:
         schema = batch.schema
-        wide = pa.schema([f.with_type(_takeable(f.type)) for f in schema])
+        wide = pa.schema([f.with_type(takeable_type(f.type)) for f in schema])
         return batch.cast(wide).take(rows).cast(schema)
-
-
-def _takeable(kind: pa.DataType) -> pa.DataType:
-    import pyarrow as pa
-
-    if pa.types.is_string_view(kind):
-        return pa.large_string()
-    if pa.types.is_binary_view(kind):
-        return pa.large_binary()
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_list_view(kind):
-        item = kind.value_field.with_type(_takeable(kind.value_type))
-        return pa.large_list(item) if pa.types.is_large_list(kind) else pa.list_(item)
-    if pa.types.is_fixed_size_list(kind):
-        return pa.list_(kind.value_field.with_type(_takeable(kind.value_type)), kind.list_size)
-    if pa.types.is_struct(kind):
-        return pa.struct([f.with_type(_takeable(f.type)) for f in kind])
-    return kind
 
 
 def _arrow_rebatch(pieces: Iterator[Piece], size: int, drop_last: bool) -> Iterator[Chunk]:

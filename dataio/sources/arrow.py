@@ -29,7 +29,13 @@ from dataio.sources.base import IndexedSource, Source, single_pass_error
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["ArrowReaderSource", "ArrowStreamSource", "ArrowTableSource", "arrow_source"]
+__all__ = [
+    "ArrowReaderSource",
+    "ArrowStreamSource",
+    "ArrowTableSource",
+    "arrow_source",
+    "takeable_type",
+]
 
 #: rows converted to Python dicts at a time on the Python path
 ROWS_PER_CHUNK = 1024
@@ -193,31 +199,30 @@ class ArrowTableSource(IndexedSource):
         }
 
 
-def _takeable_type(t: pa.DataType) -> pa.DataType:
-    """``t`` with view types (which ``take`` cannot gather) replaced by large types."""
+def takeable_type(kind: pa.DataType) -> pa.DataType:
+    """``kind`` with view types (which Arrow's ``take`` cannot gather: polars' strings)
+    replaced by the matching large types, inside lists and structs too."""
     import pyarrow as pa
 
-    if pa.types.is_string_view(t):
+    if pa.types.is_string_view(kind):
         return pa.large_string()
-    if pa.types.is_binary_view(t):
+    if pa.types.is_binary_view(kind):
         return pa.large_binary()
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        field = t.value_field.with_type(_takeable_type(t.value_type))
-        if pa.types.is_fixed_size_list(t):
-            return pa.list_(field, t.list_size)
-        return pa.large_list(field) if pa.types.is_large_list(t) else pa.list_(field)
-    if pa.types.is_struct(t):
-        return pa.struct(
-            [t.field(i).with_type(_takeable_type(t.field(i).type)) for i in range(t.num_fields)]
-        )
-    return t
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_list_view(kind):
+        item = kind.value_field.with_type(takeable_type(kind.value_type))
+        return pa.large_list(item) if pa.types.is_large_list(kind) else pa.list_(item)
+    if pa.types.is_fixed_size_list(kind):
+        return pa.list_(kind.value_field.with_type(takeable_type(kind.value_type)), kind.list_size)
+    if pa.types.is_struct(kind):
+        return pa.struct([f.with_type(takeable_type(f.type)) for f in kind])
+    return kind
 
 
 def _takeable_batch(table: pa.Table) -> pa.RecordBatch:
     """The table as one batch that ``take`` can gather from (view types made large)."""
     import pyarrow as pa
 
-    target = pa.schema([f.with_type(_takeable_type(f.type)) for f in table.schema])
+    target = pa.schema([f.with_type(takeable_type(f.type)) for f in table.schema])
     if not target.equals(table.schema):
         table = table.cast(target)
     batches = table.combine_chunks().to_batches()
