@@ -6,7 +6,6 @@ from typing import Any
 
 from dataio.engine.errors import guard
 from dataio.engine.remote import is_remote
-from dataio.exceptions import FormatError, NotFoundError
 from dataio.plan.frame import Limit, Node, Scan, Select
 
 __all__ = ["feather_table"]
@@ -17,7 +16,7 @@ def feather_table(node: Node) -> Any:
     memory map: Arrow types and buffers come out as stored. ``None`` for other plans."""
     import pyarrow as pa
 
-    from dataio.formats._arrow import check_ipc_file, open_error
+    from dataio.formats._arrow import check_ipc_file, read_errors
 
     columns: list[str] | None = None
     renames: dict[str, str] = {}
@@ -48,19 +47,12 @@ def feather_table(node: Node) -> Any:
         columns = names
     tables = []
     for path in node.files:
-        with guard(node.label(), path):
-            try:
-                # damaged offsets would crash whatever reads the table next; checked
-                # once per path, size and mtime, so re-reading a file stays zero-copy
-                check_ipc_file(path, node.label())
-                with pa.memory_map(path) as source:
-                    table = pa.ipc.open_file(source).read_all()
-            except FileNotFoundError:
-                raise NotFoundError(f"{node.label()}: the file {path!r} is gone") from None
-            except pa.ArrowException as exc:
-                raise FormatError(f"{node.label()}: cannot read {path!r}: {exc}") from None
-            except OSError as exc:
-                raise open_error(exc, path, node.label()) from None
+        with guard(node.label(), path), read_errors(path, node.label()):
+            # damaged offsets would crash whatever reads the table next; checked
+            # once per path, size and mtime, so re-reading a file stays zero-copy
+            check_ipc_file(path, node.label())
+            with pa.memory_map(path) as source:
+                table = pa.ipc.open_file(source).read_all()
         if columns is not None:
             table = table.select(columns)
         tables.append(table)

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from dataio.exceptions import FormatError, NotFoundError
+from dataio.exceptions import FormatError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -47,23 +46,12 @@ class BlockReaders:
                 tables = self._read_feather(file, indices)
         return [self._conform(table, scan.files[file]) for table in tables]
 
-    @contextmanager
-    def _mapped_errors(self, file: int) -> Iterator[None]:
+    def _mapped_errors(self, file: int) -> AbstractContextManager[None]:
         """Errors reading file ``file`` as dataio's (naming the file)."""
-        import pyarrow as pa
-
-        from dataio.formats._arrow import open_error
+        from dataio.formats._arrow import read_errors
 
         scan = self.addressed.scan
-        path = scan.files[file]
-        try:
-            yield
-        except FileNotFoundError:
-            raise NotFoundError(f"{scan.label()}: the file {path!r} is gone") from None
-        except pa.ArrowException as exc:
-            raise FormatError(f"{scan.label()}: cannot read {path!r}: {exc}") from None
-        except OSError as exc:
-            raise open_error(exc, path, scan.label()) from None
+        return read_errors(scan.files[file], scan.label())
 
     def _file_columns(self) -> list[str] | None:
         columns = self.addressed.columns

@@ -13,11 +13,12 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from dataio.exceptions import FormatError, NotFoundError, PermissionDeniedError
 
-__all__ = ["check_feather_v1", "check_ipc_file", "open_error", "validated"]
+__all__ = ["check_feather_v1", "check_ipc_file", "open_error", "read_errors", "validated"]
 
 
 def _decode_names(fields: Any) -> None:
@@ -54,6 +55,21 @@ def open_error(exc: BaseException, path: str, what: str) -> Exception:
     if isinstance(exc, IsADirectoryError):
         return FormatError(f"{what}: {path!r} is a directory, not a file")
     return FormatError(f"{what}: {path!r} is not a valid file: {exc}")
+
+
+@contextmanager
+def read_errors(path: str, what: str) -> Iterator[None]:
+    """Errors reading local Arrow file ``path`` (a ``what`` file) as dataio's, naming it."""
+    import pyarrow as pa
+
+    try:
+        yield
+    except FileNotFoundError:
+        raise NotFoundError(f"{what}: the file {path!r} is gone") from None
+    except pa.ArrowException as exc:
+        raise FormatError(f"{what}: cannot read {path!r}: {exc}") from None
+    except OSError as exc:
+        raise open_error(exc, path, what) from None
 
 
 def check_regular(path: str, what: str) -> os.stat_result:
