@@ -60,6 +60,11 @@ def batch_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[dict[str, Any]]:
             yield from batch.slice(offset, ROWS_PER_CHUNK).to_pylist()
 
 
+def describe_object(mode: str, what: str, schema: pa.Schema) -> dict[str, Any]:
+    """The description of a reusable Arrow object source (mode, type, schema)."""
+    return {"source": "records", "mode": mode, "type": what, "schema": describe_schema(schema)}
+
+
 class ArrowTableSource(IndexedSource):
     """An Arrow table (or an object exported to one on first use), read by position.
 
@@ -191,12 +196,7 @@ class ArrowTableSource(IndexedSource):
 
     def describe(self) -> dict[str, Any]:
         """Adapter mode, the object's type and the schema; the data is not hashed."""
-        return {
-            "source": "records",
-            "mode": self.mode,
-            "type": self.what,
-            "schema": describe_schema(self.arrow_schema()),
-        }
+        return describe_object(self.mode, self.what, self.arrow_schema())
 
 
 def takeable_type(kind: pa.DataType) -> pa.DataType:
@@ -327,12 +327,7 @@ class ArrowStreamSource(Source):
 
     def describe(self) -> dict[str, Any]:
         """Adapter mode, the object's type and the schema; the data is not hashed."""
-        return {
-            "source": "records",
-            "mode": self.mode,
-            "type": self.what,
-            "schema": describe_schema(self.arrow_schema()),
-        }
+        return describe_object(self.mode, self.what, self.arrow_schema())
 
 
 class ArrowReaderSource(Source):
