@@ -430,7 +430,6 @@ class ChainExpr(Expr, TransformMethods):
         return _chain(self.base, chain, self.chain_seed)
 
 
-
 def _chain(base: Expr, ops: tuple[Op, ...], seed: int | None) -> ChainExpr:
     """``Expr("chain", base, ops)``, with the seed as a third argument when there is one."""
     if seed is None:
