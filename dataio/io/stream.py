@@ -533,7 +533,7 @@ class _StoreBody(_Body):
         result = _retrying(open_once, retry, uri)
         self.size = int(result.meta["size"])
         self._chunks: Any = iter(result.stream(min_chunk_size=1))
-        self._ready: deque[bytes] = deque()
+        self._ready: deque[Any] = deque()  # obstore Bytes, copied when handed out
         self._ahead = 0  # bytes in _ready
         self._end = False
         self._error: DataioError | None = None
@@ -552,7 +552,8 @@ class _StoreBody(_Body):
                 return None
             if self._ready:
                 ready = self._ready
-                chunk = ready.popleft() if len(ready) == 1 else b"".join(ready)
+                # one copy out of obstore's buffers, whether one chunk or many
+                chunk = bytes(ready[0]) if len(ready) == 1 else b"".join(ready)
                 ready.clear()
                 self._ahead = 0
                 self._cond.notify_all()
@@ -565,8 +566,7 @@ class _StoreBody(_Body):
         """The reader thread: the body's chunks into ``_ready``, at most _READ_AHEAD ahead."""
         chunks, error = self._chunks, None
         try:
-            for piece in chunks:
-                chunk = bytes(piece)
+            for chunk in chunks:
                 with self._cond:
                     while self._ahead >= _READ_AHEAD and not self._closed:
                         self._cond.wait()
