@@ -14,6 +14,12 @@ Two cases, each one pass per round over the same objects of a moto server on 127
   read through a dataio pipeline (``slot("data").decode_bytes()``, ``batch(64)``) bound to
   their ``s3://`` URIs, vs boto3 ``get_object`` on a ``ThreadPoolExecutor``.
 
+A third case, ``tfrecord`` (``--tfrecord-mib``, 0 skips it; ``--tfrecord-only`` runs it
+alone, without moto), reads a local TFRecord file of ``tf.train.Example`` records holding
+one ~100 KiB ``bytes`` feature each through ``dataio.iter_tfrecord`` with
+``verify=True`` (both masked CRC32C checked) and ``verify=False``, parsed and
+``raw=True``. Target: verifying costs at most 20% (verify=True >= 0.8x verify=False).
+
 Contenders alternate round by round, so a noisy neighbour slows all of them alike; the
 table gives the median rate over the rounds. moto is a Python server on the same host,
 so it shares the cores with the client: the numbers compare clients under that one
@@ -251,6 +257,105 @@ def small_contenders(url: str, keys: Sequence[str], threads: int) -> list[Conten
     ]
 
 
+# -- tfrecord: the cost of checksums ---------------------------------------------------
+
+TARGET_VERIFY = 0.80  # iter_tfrecord verify=True >= 0.8x verify=False
+TFRECORD_PAYLOAD = 100 << 10
+
+
+def _proto_field(number: int, payload: bytes) -> bytes:
+    """One length-delimited protobuf field (wire type 2)."""
+
+    def varint(value: int) -> bytes:
+        out = bytearray()
+        while value > 0x7F:
+            out.append(value & 0x7F | 0x80)
+            value >>= 7
+        out.append(value)
+        return bytes(out)
+
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def tfrecord_file(size: int) -> tuple[Path, int]:
+    """A TFRecord file of about ``size`` bytes: Examples with one ``image`` bytes feature of
+    TFRECORD_PAYLOAD random bytes; (its path, its record count). Framed with dataio's
+    masked CRC32C, which the tests check against the ``crc32c`` package."""
+    import struct
+
+    from dataio.formats.tfrecord import masked_crc32c
+
+    count = max(1, size // TFRECORD_PAYLOAD)
+    path = BENCH_DATA / f"object_io_{count}x{TFRECORD_PAYLOAD >> 10}k.tfrecord"
+    if path.exists():
+        return path, count
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = os.urandom
+    with open(path.with_suffix(".tmp"), "wb") as f:
+        for _ in range(count):
+            feature = _proto_field(1, _proto_field(1, rng(TFRECORD_PAYLOAD)))  # BytesList
+            entry = _proto_field(1, b"image") + _proto_field(2, feature)
+            data = _proto_field(1, _proto_field(1, entry))  # Example{Features{map entry}}
+            length = struct.pack("<Q", len(data))
+            f.write(length + struct.pack("<I", masked_crc32c(length)))
+            f.write(data + struct.pack("<I", masked_crc32c(data)))
+    path.with_suffix(".tmp").rename(path)
+    return path, count
+
+
+def tfrecord_contenders(path: Path, count: int) -> list[Contender]:
+    size = path.stat().st_size
+
+    def reading(*, verify: bool, raw: bool) -> Callable[[], tuple[int, str]]:
+        def run() -> tuple[int, str]:
+            seen = sum(1 for _ in dataio.iter_tfrecord(path, verify=verify, raw=raw))
+            if seen != count:
+                raise RuntimeError(f"read {seen} records of {count}")
+            return size, "raw bytes" if raw else "Example dicts"
+
+        return run
+
+    return [
+        Contender(
+            f"iter_tfrecord verify={verify}{' raw' if raw else ''}",
+            reading(verify=verify, raw=raw),
+            size,
+        )
+        for raw in (False, True)
+        for verify in (True, False)
+    ]
+
+
+def tfrecord_case(megabytes: int, rounds: int) -> list[tuple[str, float, float]]:
+    """Measure the tfrecord case, print its table; the (label, ratio, target) checks."""
+    from dataio.formats.tfrecord import crc32c_backend
+
+    path, count = tfrecord_file(megabytes << 20)
+    print(
+        f"tfrecord: {count} Examples of {TFRECORD_PAYLOAD >> 10} KiB in {path} "
+        f"({mib(path.stat().st_size)}); CRC32C through {crc32c_backend()!r}",
+        flush=True,
+    )
+    contenders = tfrecord_contenders(path, count)
+    interleave(contenders, rounds, unit="bytes")
+    rows = [
+        ["tfrecord", c.name, f"{c.rate() / 1e6:,.0f} MB/s", mib(max(c.growth)), c.output]
+        for c in contenders
+    ]
+    print()
+    print(format_table(["case", "contender", "median", "RSS growth", "output"], rows))
+    by_name = {c.name: c.rate() for c in contenders}
+    return [
+        (
+            f"tfrecord{mode}: verify=True >= 0.80 x verify=False",
+            by_name[f"iter_tfrecord verify=True{mode}"]
+            / by_name[f"iter_tfrecord verify=False{mode}"],
+            TARGET_VERIFY,
+        )
+        for mode in ("", " raw")
+    ]
+
+
 # -- report ----------------------------------------------------------------------------
 
 
@@ -274,8 +379,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--large-mib", type=int, default=256)
     parser.add_argument("--objects", type=int, default=2000)
     parser.add_argument("--threads", type=int, default=16, help="boto3 thread pool size")
+    parser.add_argument(
+        "--tfrecord-mib", type=int, default=256, help="TFRecord file size (0: skip the case)"
+    )
+    parser.add_argument("--tfrecord-only", action="store_true", help="run the tfrecord case alone")
     args = parser.parse_args(argv)
     large_bytes = args.large_mib << 20
+    if args.tfrecord_only:
+        for line in machine_lines(PACKAGES):
+            print(line)
+        report_checks(tfrecord_case(args.tfrecord_mib or 256, args.rounds))
+        return
 
     for line in machine_lines(PACKAGES):
         print(line)
@@ -328,6 +442,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         ),
         ("small: dataio > boto3", small[0].rate() / small[1].rate(), TARGET_VS_BOTO3),
     ]
+    if args.tfrecord_mib > 0:
+        checks += tfrecord_case(args.tfrecord_mib, args.rounds)
+    report_checks(checks)
+
+
+def report_checks(checks: Sequence[tuple[str, float, float]]) -> None:
     for label, ratio, target in checks:
         verdict = "met" if ratio >= target else "NOT met"
         print(f"target {label}: {ratio:.2f} -> {verdict}")
