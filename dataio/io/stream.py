@@ -368,9 +368,13 @@ class Stream(Closing):
 def _broken(exc: DataioError, uri: str, received: int, size: int | None) -> DataioError:
     """``exc`` told as a failure at byte ``received`` of a body, which is never retried."""
     kind = type(exc) if isinstance(exc, TransportError | TransportTimeoutError) else TransportError
+    target = f"stream {redact(uri)!r}"
+    reason = str(exc)
+    if reason.startswith(target + " "):  # said once, in front
+        reason = reason[len(target) + 1 :].removeprefix("failed: ")
     return kind(
-        f"{exc} (stream {redact(uri)!r} broke off at byte {received}{_of(size)}); a stream "
-        "is not retried once its body has started: open a new stream to read it again"
+        f"{target} broke off at byte {received}{_of(size)}: {reason}; a stream is not "
+        "retried once its body has started: open a new stream to read it again"
     )
 
 
