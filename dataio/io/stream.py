@@ -517,6 +517,8 @@ class _StoreBody(_Body):
     obstore's blocking iterator cannot be interrupted, so a reader thread pulls the body
     into a bounded queue and callers wait on the queue, which :meth:`close` wakes. When
     the caller is slower than the network, one call takes every chunk that has arrived.
+    A reader thread that is itself waiting on the network when the stream closes ends at
+    its next chunk or its read timeout, and drops the connection then.
     """
 
     def __init__(self, loc: Location, uri: str) -> None:
