@@ -88,8 +88,8 @@ class Stream(Closing):
     buffered and did not hand out are where the next one starts. A stream never ends
     short: a body that breaks off, is reset or ends before its declared size raises
     :class:`~dataio.exceptions.TransportError` naming the URI and the byte offset, and so
-    does a read that :meth:`close` (from another thread) cuts. Reading after
-    :meth:`close` raises :class:`~dataio.exceptions.DataioError`.
+    does a read under way that :meth:`close` (from another thread) cuts. A read begun
+    after :meth:`close` raises :class:`~dataio.exceptions.DataioError`.
     """
 
     def __init__(self, uri: str, body: _Body, *, line_limit: int, event_limit: int) -> None:
@@ -128,8 +128,8 @@ class Stream(Closing):
 
     def _next_chunk(self) -> bytes | None:
         """The next body chunk, ``None`` at the end; never ends short without an error."""
-        if self._closed:
-            raise self._closed_error()
+        if self._closed:  # closed while a read was under way
+            raise self._cut()
         if self._eof:
             return None
         try:
@@ -154,8 +154,8 @@ class Stream(Closing):
 
     def _cut(self) -> TransportError:
         return TransportError(
-            f"stream {redact(self.uri)!r} was closed by close() while a read was waiting, "
-            f"at byte {self._received}{_of(self.size)}; open a new stream to read it again"
+            f"stream {redact(self.uri)!r} was closed by close() during a read, at byte "
+            f"{self._received}{_of(self.size)}; open a new stream to read it again"
         )
 
     def _pull(self) -> bool:
@@ -249,6 +249,7 @@ class Stream(Closing):
             >>> for chunk in dataio.stream("s3://bucket/big.bin").iter_bytes():  # doctest: +SKIP
             ...     digest.update(chunk)
         """
+        self._check_open()
         while True:
             if self._pos < len(self._buf):
                 yield self._take(len(self._buf) - self._pos)
@@ -269,6 +270,7 @@ class Stream(Closing):
             >>> for line in dataio.stream("https://host/log.txt").iter_lines():  # doctest: +SKIP
             ...     print(line)
         """
+        self._check_open()
         while (raw := self._line()) is not None:
             yield self._text(raw)
 
@@ -283,6 +285,7 @@ class Stream(Closing):
             ...     for event in s.iter_sse():
             ...         print(event.event, event.data)
         """
+        self._check_open()
         while (event := self._next_event()) is not None:
             yield event
 

@@ -173,7 +173,10 @@ def _block_then_close(
     reader = threading.Thread(target=consume)
     reader.start()
     assert script.reached[0].wait(5)
-    time.sleep(0.3)  # let the reader take the first piece and block on the second
+    deadline = time.monotonic() + 5
+    while s._received == 0 and time.monotonic() < deadline:  # the reader took piece 0
+        time.sleep(0.01)
+    time.sleep(0.2)  # and now waits for piece 1
     started = time.monotonic()
     s.close()
     reader.join(10)
@@ -196,7 +199,7 @@ def test_close_from_another_thread_makes_a_blocked_read_raise(
 ) -> None:
     s, raised, waited = _block_then_close(stream_server, scheme, CUT_READS[reader], reader)
     assert isinstance(raised, TransportError), raised
-    assert "closed by close()" in str(raised) and f"/{reader}" in str(raised)
+    assert "closed by close() during a read" in str(raised) and f"/{reader}" in str(raised)
     assert offset_in(raised) == len(b"data: one\n\n")
     assert waited < 5  # cut at once, not at the 60 s read timeout
     with pytest.raises(DataioError, match="is closed"):
@@ -214,3 +217,21 @@ def test_close_hands_back_what_arrived_before_the_cut(stream_server: StreamServe
 
     _, raised, _ = _block_then_close(stream_server, "http", read, "events")
     assert got == ["one"] and isinstance(raised, TransportError)
+
+
+def test_a_read_under_way_is_cut_by_close_and_one_begun_after_is_refused(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "body.txt"
+    path.write_bytes(lines_of(1_000_000))
+    s = dio.stream(str(path))
+    chunks = s.iter_bytes()
+    first = next(chunks)
+    s.close()
+    with pytest.raises(TransportError, match="during a read") as info:
+        next(chunks)  # this iteration began before close(): it ends in an error
+    assert offset_in(info.value) == len(first) and str(path) in str(info.value)
+    for begun_after in (lambda: s.read(1), s.read_all, lambda: next(s.iter_lines())):
+        with pytest.raises(DataioError, match="is closed") as refused:
+            begun_after()
+        assert not isinstance(refused.value, TransportError)
