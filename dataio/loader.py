@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from dataio import progress as progress_bars
 from dataio.engine.assemble import FailurePolicy, assemble
 from dataio.engine.batch_ops import apply_batch_ops, padded_slots
 from dataio.engine.buffers import BufferPool
@@ -87,6 +88,7 @@ class Loader:
         shard: Mapping[str, Any] | str | None,
         max_prefetch_bytes: int | None,
         device: str | None,
+        progress: bool | str | None = None,
     ) -> None:
         if device is not None and output == "torch":
             check_device(device)  # an absent device fails run() itself, before anything
@@ -97,6 +99,7 @@ class Loader:
         self.output = output
         self.device = device
         self.source: Source = records_source(records)
+        self._progress = progress_bars.resolve(progress)  # type: ignore[arg-type]
         self.shard = ShardSpec.parse(shard)
         self._policy = FailurePolicy(on_failure, log_errors)
         self._kernels = lower(plan)
@@ -161,6 +164,8 @@ class Loader:
             pool=self._pool,
         )
         current = _Pass(self, executor, self._epoch)
+        if self._progress:  # a bar per pass; nothing per batch when progress is off
+            current.bar = progress_bars.pass_bar(True, total=_batches(self), epoch=self._epoch)
         self._pass_ref = weakref.ref(current)
         return current
 
@@ -171,12 +176,16 @@ class Loader:
             return
         self._pass_ref = lambda: None
         running.executor.close()
+        if running.bar is not None:
+            running.bar.close()
 
     def _finish(self, current: _Pass) -> None:
         """The pass delivered its last batch: the loader stands at the next epoch."""
         if self._pass_ref() is current:
             self._pass_ref = lambda: None
             current.executor.close()
+            if current.bar is not None:
+                current.bar.close()
             self._epoch = current.epoch + 1
             self._consumed = 0
             self._fresh = True
@@ -206,6 +215,8 @@ class Loader:
                 if last:
                     self._finish(current)
                 raise
+            if current.bar is not None:
+                current.bar.batch(job.size, len(job.errors))
         except (StopIteration, BatchFailedError):
             raise
         except BaseException:
@@ -332,6 +343,13 @@ class Loader:
         """True once :meth:`close` ran (or the ``with`` block ended)."""
         return self._closed
 
+    def __repr__(self) -> str:
+        running = "closed" if self._closed else "running" if self._pass_ref() else "ready"
+        return (
+            f"Loader({self.plan.summary()}; source={self.source!r}; output={self.output!r}, "
+            f"epoch={self._epoch}, position={self._consumed}, state={running!r})"
+        )
+
     def __enter__(self) -> Loader:
         return self
 
@@ -382,6 +400,8 @@ class _Pass:
     out of a ``for`` loop) cancels its pass's queued work at once.
     """
 
+    bar: progress_bars.PassBar | None = None
+
     def __init__(self, loader: Loader, executor: Executor, epoch: int) -> None:
         self.loader = loader
         self.executor = executor
@@ -404,6 +424,16 @@ class _Pass:
             # wait for running tasks only on the consumer's thread: a garbage collection
             # that runs on a pool thread must not wait for that thread's own task
             executor.close(wait=threading.get_ident() == self._thread)
+
+
+def _batches(loader: Loader) -> int | None:
+    """A fresh pass's batch count for its bar, when known without reading."""
+    if loader._consumed or loader.select_chunks is not None:
+        return None
+    try:
+        return len(loader)
+    except TypeError:
+        return None
 
 
 def _as_arrow(item: Any) -> Any:
