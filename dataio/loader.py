@@ -20,6 +20,7 @@ from dataio.engine.lower import lower
 from dataio.engine.state import LoaderState, validate_state
 from dataio.engine.stream import ShardSpec, plan_chunks
 from dataio.exceptions import BatchFailedError, DataioError, PlanError
+from dataio.pictures import pixel_formats
 from dataio.plan.pipeline import BatchStage, Pipeline
 from dataio.sources import Source
 from dataio.sources import records as records_source
@@ -103,6 +104,7 @@ class Loader:
         self.shard = ShardSpec.parse(shard)
         self._policy = FailurePolicy(on_failure, log_errors)
         self._kernels = lower(plan)
+        self._pixels = pixel_formats(plan)  # batches carry it for dataio.show
         self._unstacked = padded_slots(plan.batch_ops)
         self._plain = output == "numpy" and not plan.batch_ops and not plan.batch_maps
         shape = plan.shape
@@ -253,6 +255,7 @@ class Loader:
 
     def _deliver(self, job: Any, epoch: int) -> Any:
         batch = assemble(job, self._policy, self._unstacked)
+        batch.pixels = self._pixels
         if self._plain:  # numpy output, no batch transforms or maps: the batch as built
             return batch
         if self.plan.batch_ops:
