@@ -32,6 +32,8 @@ NOTE = (
     "`pip install tqdm` to see them (continuing without)\n"
 )
 _noted = False  # the note is printed once per process
+#: seconds before a bar for usually-quick work (a collect, a download) appears
+DELAY = 1.0
 
 
 def resolve(option: Option = None) -> bool:
@@ -172,9 +174,12 @@ def iterate(
     unit: str = "it",
     enabled: Option = None,
     weight: Callable[[T], float] | None = None,
-    delay: float = 0.0,
+    long: bool = False,
 ) -> Iterator[T]:
     """Yield ``items`` while a bar counts them (each counts ``weight(item)``, default 1).
+
+    ``long=True`` is for work that is usually quick: its bar appears only after
+    :data:`DELAY` seconds.
 
     Example:
         >>> list(dataio.progress.iterate([1, 2], desc="n", enabled=False))
@@ -185,7 +190,7 @@ def iterate(
         desc=desc,
         unit=unit,
         enabled=enabled,
-        delay=delay,
+        delay=DELAY if long else 0.0,
         unit_scale=weight is not None,
     )
     if not shown.on:
@@ -203,8 +208,9 @@ def track_bytes(
     sink: Callable[[int, Any], None], total: int, *, desc: str, enabled: Option = None
 ) -> Callable[[int, Any], None]:
     """Wrap a download's ``sink(position, piece)`` so a byte bar follows it; ``sink``
-    itself when progress is off. The bar closes once ``total`` bytes arrived."""
-    shown = bar(total=total, desc=desc, unit="B", unit_scale=True, enabled=enabled, delay=0.5)
+    itself when progress is off. The bar appears after :data:`DELAY` seconds and closes
+    once ``total`` bytes arrived."""
+    shown = bar(total=total, desc=desc, unit="B", unit_scale=True, enabled=enabled, delay=DELAY)
     if not shown.on:
         return sink
     arrived = [0]

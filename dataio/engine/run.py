@@ -205,7 +205,7 @@ def collect_table(node: Node) -> Any:
         return fast
     schema = plan_schema(node)
     # a bar only for a long collect in a terminal or notebook (dataio.progress)
-    batches = iterate(run(node, parallel=True), desc="collect", unit="row", weight=_rows, delay=2)
+    batches = iterate(run(node, parallel=True), desc="collect", unit="row", weight=_rows, long=True)
     return pa.Table.from_batches(list(batches), schema=schema)
 
 
