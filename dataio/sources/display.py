@@ -48,7 +48,10 @@ def _arguments(value: Any) -> str:
 
 def _short(value: Any) -> str:
     text = repr(value)
-    return text if len(text) <= WIDTH else text[: WIDTH - 3] + "..."
+    if len(text) <= WIDTH:
+        return text
+    half = (WIDTH - 3) // 2  # keep both ends: a path's root and its file pattern
+    return text[:half] + "..." + text[-half:]
 
 
 def _schema_text(schema: list[list[str]]) -> str:
