@@ -71,8 +71,9 @@ def show(
     bottom)`` in the grid and ``grid.info["captions"]`` the captions.
 
     Args:
-        batch: a :class:`~dataio.batch.Batch`, a mapping of slot to column, or the
-            column itself (an array ``[n, ...]`` or a list of per-image arrays).
+        batch: a :class:`~dataio.batch.Batch`, a ``pyarrow.RecordBatch`` of
+            ``run("arrow")``, a mapping of slot to column, or the column itself (an
+            array ``[n, ...]`` or a list of per-image arrays).
         slot: the image slot to draw.
         mean: per-channel means ``normalize`` subtracted (in ``[0, 1]`` units).
         std: per-channel standard deviations ``normalize`` divided by.
@@ -108,6 +109,11 @@ def show(
 
 
 def _column(batch: Any, slot: str) -> Any:
+    names = getattr(getattr(batch, "schema", None), "names", None)
+    if names is not None and hasattr(batch, "column"):  # run("arrow"): a RecordBatch
+        if slot not in names:
+            raise FieldError(f"slot {slot!r} is not in this batch; columns: {names}")
+        return batch.column(slot)
     if isinstance(batch, Mapping):
         if slot not in batch:
             raise FieldError(f"slot {slot!r} is not in this batch; slots: {list(batch)}")
@@ -217,6 +223,9 @@ def _captions(batch: Any, count: int, given: Sequence[Any] | None) -> list[str]:
         keys = list(getattr(batch, "row_keys", []))[:count]
     except DataioError:  # mixed rows (mixup/cutmix) have no single key
         keys = []
+    names = getattr(getattr(batch, "schema", None), "names", ())
+    if "__key__" in names:  # run("arrow") carries the row keys as a column
+        keys = batch.column("__key__").to_pylist()[:count]
     if len(keys) == count and any(k is not None for k in keys):
         return [_text(k) for k in keys]
     return [f"#{i}" for i in range(count)]

@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any, Literal, TypeVar
@@ -214,13 +215,15 @@ def track_bytes(
     if not shown.on:
         return sink
     arrived = [0]
+    lock = threading.Lock()  # ranged parts of one body arrive on several threads
 
     def counted(at: int, piece: Any) -> None:
         sink(at, piece)
-        shown.update(len(piece))
-        arrived[0] += len(piece)
-        if arrived[0] >= total:
-            shown.close()
+        with lock:
+            shown.update(len(piece))
+            arrived[0] += len(piece)
+            if arrived[0] >= total:
+                shown.close()
 
     return counted
 

@@ -97,6 +97,16 @@ def test_torch_tensors_chw(jpegs, records) -> None:
     assert_cells_match(grid, jpegs, tolerance=3.0)
 
 
+def test_arrow_output_with_parameters(jpegs, records) -> None:
+    slot = dataio.slot("image").decode_image().normalize("imagenet")
+    batch = one_batch(slot, records, "arrow")  # a RecordBatch: nothing recorded on it
+    grid = dataio.show(batch, "image", mean=MEAN, std=STD)
+    assert_cells_match(grid, jpegs, tolerance=1.5)
+    assert grid.info["captions"] == [p.stem for p in jpegs]
+    with pytest.raises(FieldError, match="'picture' is not in this batch"):
+        dataio.show(batch, "picture")
+
+
 def test_parameters_undo_a_normalization_the_batch_does_not_know(jpegs) -> None:
     stack = np.stack([oracle(p) for p in jpegs]).astype(np.float32) / 255.0
     chw = np.moveaxis((stack - np.array(MEAN)) / np.array(STD), -1, 1).astype(np.float32)
