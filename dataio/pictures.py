@@ -90,7 +90,9 @@ def show(
     """
     from PIL import Image
 
-    images = _images(_column(batch, slot))[:limit]
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
+        raise PlanError(f"show() limit must be a positive integer, got {limit!r}")
+    images = _images(_column(batch, slot), limit)
     if not images:
         raise DataioError(f"slot {slot!r} holds no images to show")
     recorded = _recorded(batch, slot)
@@ -121,11 +123,18 @@ def _column(batch: Any, slot: str) -> Any:
     return batch
 
 
-def _images(column: Any) -> list[np.ndarray]:
-    """Per-image NumPy arrays out of a stacked array/tensor or a list of them."""
+def _images(column: Any, limit: int) -> list[np.ndarray]:
+    """The first ``limit`` images as NumPy arrays, out of a stacked array/tensor or a
+    list of them; only those are copied (a GPU batch is not moved whole)."""
     if isinstance(column, list | tuple):
-        return [_numpy(image) for image in column if image is not None]
-    array = _numpy(column)
+        return [_numpy(image) for image in column if image is not None][:limit]
+    shape = getattr(column, "shape", None)
+    if shape is not None and len(shape) not in (3, 4):
+        raise DataioError(
+            f"show() needs images stacked as [n, h, w], [n, h, w, c] or [n, c, h, w]; "
+            f"got an array of shape {list(shape)}"
+        )
+    array = _numpy(column[:limit])
     if array.ndim not in (3, 4):
         raise DataioError(
             f"show() needs images stacked as [n, h, w], [n, h, w, c] or [n, c, h, w]; "

@@ -176,6 +176,8 @@ def test_bad_inputs_are_dataio_errors(records) -> None:
         dataio.show(batch, "label")  # one number per row, not images
     with pytest.raises(DataioError, match="gray, RGB or RGBA"):
         dataio.show(np.zeros((2, 8, 8, 5), np.uint8), layout="HWC")
+    with pytest.raises(PlanError, match="limit must be a positive integer"):
+        dataio.show(batch, "image", limit=0)
     with pytest.raises(PlanError, match="layout must be"):
         dataio.show(np.zeros((2, 8, 8, 3), np.uint8), layout="WHC")  # type: ignore[arg-type]
 
