@@ -153,7 +153,7 @@ def _preview(frame: LazyFrame) -> str:
             "<code>frame.head().collect()</code> shows rows)</div>"
         )
     try:
-        table = frame.head(PREVIEW_ROWS).collect()
+        table = _head(frame)
     except DataioError as exc:
         return f"<div>(no preview: {escape(_cut(str(exc), 200))})</div>"
     head = "".join(f"<th>{escape(name)}</th>" for name in table.column_names)
@@ -162,6 +162,24 @@ def _preview(frame: LazyFrame) -> str:
         for row in table.to_pylist()
     )
     return f"<div>first {table.num_rows} rows:</div><table><tr>{head}</tr>{rows}</table>"
+
+
+def _head(frame: LazyFrame) -> Any:
+    """The first rows, streamed file after file and stopped once they are there (a
+    collect would open every file of a large scan)."""
+    import pyarrow as pa
+
+    batches = frame.head(PREVIEW_ROWS).iterate_batches()
+    got, rows = [], 0
+    try:
+        for batch in batches:
+            got.append(batch)
+            rows += batch.num_rows
+            if rows >= PREVIEW_ROWS:
+                break
+    finally:
+        batches.close()  # type: ignore[attr-defined]
+    return pa.Table.from_batches(got, schema=frame.schema).slice(0, PREVIEW_ROWS)
 
 
 def _cut(text: str, width: int = CELL) -> str:

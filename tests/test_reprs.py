@@ -159,3 +159,17 @@ def test_frame_html_runs_nothing_expensive(tmp_path: Path) -> None:
     for lazy in (filtered, sorted_, computed):
         page = lazy._repr_html_()
         assert "not executed" in page and "<td>a</td><td>int64</td>" in page
+
+
+def test_frame_preview_reads_only_the_first_file_of_a_scan(tmp_path: Path) -> None:
+    for i in range(3):
+        part = pa.table({"a": np.arange(i * 10, i * 10 + 10)})
+        pq.write_table(part, tmp_path / f"{i}.parquet")
+    frame = dataio.scan_parquet(str(tmp_path / "*.parquet"))
+    (tmp_path / "1.parquet").unlink()  # a collect would now fail on these
+    (tmp_path / "2.parquet").unlink()
+    page = frame._repr_html_()
+    assert "first 5 rows:" in page
+    assert "<td>0</td>" in page and "<td>4</td>" in page and "<td>5</td>" not in page
+    with pytest.raises(dataio.DataioError):
+        frame.collect()
