@@ -118,10 +118,21 @@ def _header(tensors: list[_Tensor], metadata: dict[str, str]) -> bytes:
     return len(text).to_bytes(8, "little") + text
 
 
+def _ordered(tensors: list[_Tensor]) -> list[_Tensor]:
+    """Largest alignment first keeps every tensor aligned to its element size."""
+    return sorted(tensors, key=lambda t: (-t.align, t.name))
+
+
 def _write_file(path: str, tensors: list[_Tensor], metadata: dict[str, str]) -> None:
-    """Write one file atomically: a temporary file renamed over ``path``."""
-    # Largest alignment first keeps every tensor aligned to its element size.
-    ordered = sorted(tensors, key=lambda t: (-t.align, t.name))
+    """Write one file atomically: a local temporary file renamed over ``path``, or one
+    object put whole (object stores show an object whole or not at all)."""
+    ordered = _ordered(tensors)
+    if _remote(path):
+        from dataio.io.verbs import write
+
+        # the header and each tensor's bytes as they are: no file-size buffer is built
+        write(path, [memoryview(_header(ordered, metadata)), *(t.data for t in ordered)])
+        return
     folder = os.path.dirname(os.path.abspath(path))
     fd, temp = tempfile.mkstemp(prefix=".tmp-", suffix=".safetensors", dir=folder)
     try:
@@ -206,10 +217,16 @@ def write_safetensors(
                 f"tensor names must be non-empty strings other than '__metadata__', got {name!r}"
             )
         tensors.append(_Tensor(name, value))
-    if target.endswith(".safetensors") and not os.path.isdir(target):
+    remote = _remote(target)
+    if not remote:
+        target = _local(target)
+    if target.endswith(".safetensors") and (remote or not os.path.isdir(target)):
         _write_file(target, tensors, meta)
         return [target]
-    os.makedirs(target, exist_ok=True)
+    if remote:
+        target = target.rstrip("/")
+    else:
+        os.makedirs(target, exist_ok=True)
     shards = _shards(tensors, limit)
     if len(shards) == 1:
         names = [SINGLE_NAME]
@@ -219,7 +236,7 @@ def write_safetensors(
         ]
     written = []
     for file, shard in zip(names, shards, strict=True):
-        written.append(os.path.join(target, file))
+        written.append(f"{target}/{file}" if remote else os.path.join(target, file))
         _write_file(written[-1], shard, meta)
     if len(shards) > 1:
         index = {
@@ -228,9 +245,20 @@ def write_safetensors(
                 t.name: file for file, shard in zip(names, shards, strict=True) for t in shard
             },
         }
-        written.append(os.path.join(target, INDEX_NAME))
-        _write_text(written[-1], json.dumps(index, indent=2, sort_keys=True) + "\n")
-    _remove_stale(target, {os.path.basename(p) for p in written})
+        text = json.dumps(index, indent=2, sort_keys=True) + "\n"
+        if remote:
+            from dataio.io.verbs import write
+
+            written.append(f"{target}/{INDEX_NAME}")
+            write(written[-1], text.encode())
+        else:
+            written.append(os.path.join(target, INDEX_NAME))
+            _write_text(written[-1], text)
+    keep = {p.rsplit("/", 1)[-1] for p in written}
+    if remote:
+        _remove_stale_remote(target, keep)
+    else:
+        _remove_stale(target, keep)
     return written
 
 
@@ -250,6 +278,30 @@ def _write_text(path: str, text: str) -> None:
         out.write(text)
     os.chmod(temp, 0o644)
     os.replace(temp, path)
+
+
+def _remote(path: str) -> bool:
+    return "://" in path and not path.startswith("file://")
+
+
+def _local(path: str) -> str:
+    if not path.startswith("file://"):
+        return path
+    from dataio.io.ranged import local_path
+
+    return local_path(path)
+
+
+def _remove_stale_remote(prefix: str, keep: set[str]) -> None:
+    """Delete the layout objects of an earlier write under ``prefix`` that this one did
+    not write, so the prefix reads back as what was written."""
+    from dataio.io.verbs import delete, ls
+
+    for uri in ls(prefix + "/"):
+        entry = uri.rsplit("/", 1)[-1]
+        layout = entry in (SINGLE_NAME, INDEX_NAME) or _SHARD_RE.fullmatch(entry)
+        if layout and entry not in keep:
+            delete(uri)
 
 
 def _remove_stale(folder: str, keep: set[str]) -> None:
