@@ -24,8 +24,11 @@ import numpy as np
 from dataio.exceptions import DataioError, FieldError, FormatError, PlanError
 from dataio.formats._scan import Source, file_records, record_key, tensor_type, tensor_values
 from dataio.io.local import open_file
+from dataio.io.ranged import RangedFile, local_path
+from dataio.io.uri import parse
+from dataio.io.verbs import fetch_into, fetch_whole, head
 from dataio.io.zipmember import LOCAL_HEADER, ZIP_ERRORS, read_member
-from dataio.udfs.tensor import decode_npy
+from dataio.udfs.tensor import decode_npy, parse_npy_header
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -72,6 +75,44 @@ def _owned(array: np.ndarray) -> np.ndarray:
     return np.array(array, dtype=array.dtype.newbyteorder("="), order="K", copy=True)
 
 
+def _remote(path: str | os.PathLike[str]) -> bool:
+    text = os.fspath(path)
+    return "://" in text and not text.startswith("file://")
+
+
+def _local(path: str | os.PathLike[str]) -> str:
+    return local_path(path)
+
+
+def _fetch(uri: str, *, writable: bool) -> Any:
+    """A whole remote object (through the cache), into writable memory if asked."""
+    if not writable:
+        return fetch_whole(parse(uri), uri)
+    data = bytearray(head(uri)["size"])
+    n = fetch_into(uri, data)
+    if n != len(data):
+        raise FormatError(f"{uri} changed size while it was read; retry")
+    return data
+
+
+def _read_remote_npy(uri: str, *, writable: bool) -> np.ndarray:
+    """An NPY object: its header fetched and checked first (a pickled or damaged file is
+    refused before its data is downloaded), then the whole object."""
+    with RangedFile(uri, read_ahead=_NPY_PREFIX) as f:
+        if f.size == 0:
+            raise FormatError(f"{uri} is empty; expected NumPy data")
+        prefix = f.read(min(f.size, _NPY_PREFIX))
+        parse_npy_header(prefix, source=uri, total=f.size)
+        if len(prefix) == f.size:  # a small array: already here whole
+            return decode_npy(bytearray(prefix) if writable else prefix, source=uri)
+    return decode_npy(_fetch(uri, writable=writable), source=uri)
+
+
+# The first bytes of a remote .npy: its header (NumPy pads it to 64 bytes, rarely more
+# than a few hundred) and, for a small array, the whole file.
+_NPY_PREFIX = 64 << 10
+
+
 def read_numpy(path: str | os.PathLike[str], *, mmap: bool = True) -> np.ndarray:
     """Read one ``.npy`` file.
 
@@ -81,14 +122,22 @@ def read_numpy(path: str | os.PathLike[str], *, mmap: bool = True) -> np.ndarray
     memory, unaffected by later changes to the file. Values come back in native byte
     order.
 
+    ``path`` may be a URI (``s3://``, ``gs://``, ``az://``, ``http(s)://``, ...): the
+    header is fetched and checked first, then the object is read into memory
+    (read-only with ``mmap=True``, writable with ``mmap=False``).
+
     Raises:
         FormatError: not NPY, truncated, or holding pickled Python objects.
-        NotFoundError: no such file.
+        NotFoundError: no such file or object.
 
     Example:
         >>> dataio.read_numpy("/data/x.npy").shape  # doctest: +SKIP
         (1000, 128)
     """
+    if _remote(path):
+        array = _read_remote_npy(os.fspath(path), writable=not mmap)
+        return array if mmap or array.flags.writeable else _owned(array)
+    path = _local(path)
     if not mmap:
         array = decode_npy(_load(path), source=os.fspath(path))
         return array if array.flags.writeable else _owned(array)
@@ -205,6 +254,9 @@ def read_npz(
 ) -> dict[str, np.ndarray]:
     """Read the arrays of an ``.npz`` archive into a dict (names without ``.npy``).
 
+    ``path`` may be a URI; a remote archive is read whole into memory (through the
+    local cache when ``DATAIO_CACHE_DIR`` is set).
+
     Members stored uncompressed (``np.savez``) are read-only views of a file mapping;
     compressed members (``np.savez_compressed``) are inflated, under the limits of
     :mod:`dataio.limits`. ``mmap=False`` returns writable copies instead, which survive
@@ -220,7 +272,14 @@ def read_npz(
     """
     if isinstance(keys, str):
         raise PlanError(f"keys= takes a list of names, got the string {keys!r}")
-    arrays = decode_npz(_map(path), source=os.fspath(path), keys=keys)
+    if _remote(path):
+        uri = os.fspath(path)
+        data = _fetch(uri, writable=False)
+        if not len(data):
+            raise FormatError(f"{uri} is empty; expected NumPy data")
+        arrays = decode_npz(data, source=uri, keys=keys)
+    else:
+        arrays = decode_npz(_map(_local(path)), source=os.fspath(path), keys=keys)
     return arrays if mmap else {name: _owned(a) for name, a in arrays.items()}
 
 
