@@ -117,7 +117,7 @@ class Hdf5File(Closing):
         # a remote file is read through ranged requests: h5py reads Python file objects
         self._ranged: RangedFile | None = None
         if is_local(self.path):
-            self._local = local_path(self.path)
+            self._local: str | None = local_path(self.path)
             if not os.path.exists(self._local):
                 raise NotFoundError(f"no such HDF5 file {self.path!r}; check the path")
             source: Any = self._local
