@@ -118,6 +118,10 @@ def _header(tensors: list[_Tensor], metadata: dict[str, str]) -> bytes:
     return len(text).to_bytes(8, "little") + text
 
 
+# Files this large upload in parts, from the tensors' own memory; smaller ones in one PUT.
+_MULTIPART_BYTES = 16 << 20
+
+
 def _ordered(tensors: list[_Tensor]) -> list[_Tensor]:
     """Largest alignment first keeps every tensor aligned to its element size."""
     return sorted(tensors, key=lambda t: (-t.align, t.name))
@@ -130,8 +134,14 @@ def _write_file(path: str, tensors: list[_Tensor], metadata: dict[str, str]) -> 
     if _remote(path):
         from dataio.io.verbs import write
 
-        # the header and each tensor's bytes as they are: no file-size buffer is built
-        write(path, [memoryview(_header(ordered, metadata)), *(t.data for t in ordered)])
+        parts = [memoryview(_header(ordered, metadata)), *(t.data for t in ordered)]
+        total = sum(p.nbytes for p in parts)
+        if total >= _MULTIPART_BYTES and not path.startswith(("http://", "https://")):
+            # the header and each tensor's bytes as they are, in a multipart upload:
+            # no file-size buffer is built
+            write(path, parts)
+        else:  # one PUT (HTTP stores take no multipart uploads)
+            write(path, b"".join(parts))
         return
     folder = os.path.dirname(os.path.abspath(path))
     fd, temp = tempfile.mkstemp(prefix=".tmp-", suffix=".safetensors", dir=folder)
@@ -218,13 +228,16 @@ def write_safetensors(
             )
         tensors.append(_Tensor(name, value))
     remote = _remote(target)
-    if not remote:
-        target = _local(target)
+    style = ""
+    if not remote and target.startswith("file://"):
+        target, style = _local(target), "file://"  # answered in the style asked
     if target.endswith(".safetensors") and (remote or not os.path.isdir(target)):
         _write_file(target, tensors, meta)
-        return [target]
+        return [style + target]
+    previous: set[str] = set()
     if remote:
         target = target.rstrip("/")
+        previous = _previous_layout(target)
     else:
         os.makedirs(target, exist_ok=True)
     shards = _shards(tensors, limit)
@@ -256,10 +269,10 @@ def write_safetensors(
             _write_text(written[-1], text)
     keep = {p.rsplit("/", 1)[-1] for p in written}
     if remote:
-        _remove_stale_remote(target, keep)
+        _remove_stale_remote(target, previous - keep)
     else:
         _remove_stale(target, keep)
-    return written
+    return [style + p for p in written]
 
 
 def _check_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
@@ -292,16 +305,34 @@ def _local(path: str) -> str:
     return local_path(path)
 
 
-def _remove_stale_remote(prefix: str, keep: set[str]) -> None:
-    """Delete the layout objects of an earlier write under ``prefix`` that this one did
-    not write, so the prefix reads back as what was written."""
-    from dataio.io.verbs import delete, ls
+def _previous_layout(prefix: str) -> set[str]:
+    """The layout objects an earlier write left under ``prefix``: its single file and its
+    index and the shards that index names. Found without listing (HTTP servers rarely
+    list), from the index itself."""
+    from dataio.exceptions import NotFoundError
+    from dataio.io.verbs import read
 
-    for uri in ls(prefix + "/"):
-        entry = uri.rsplit("/", 1)[-1]
-        layout = entry in (SINGLE_NAME, INDEX_NAME) or _SHARD_RE.fullmatch(entry)
-        if layout and entry not in keep:
-            delete(uri)
+    found = {SINGLE_NAME}
+    try:
+        index = json.loads(read(f"{prefix}/{INDEX_NAME}"))
+    except NotFoundError:
+        return found
+    except ValueError:  # a damaged index: replaced, its shards unknown
+        return found | {INDEX_NAME}
+    found.add(INDEX_NAME)
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if isinstance(weight_map, dict):
+        found |= {f for f in weight_map.values() if isinstance(f, str) and _SHARD_RE.fullmatch(f)}
+    return found
+
+
+def _remove_stale_remote(prefix: str, stale: set[str]) -> None:
+    """Delete the ``stale`` layout objects of an earlier write under ``prefix``, so the
+    prefix reads back as what was written (deleting a missing object is no error)."""
+    from dataio.io.verbs import delete
+
+    for name in sorted(stale):
+        delete(f"{prefix}/{name}")
 
 
 def _remove_stale(folder: str, keep: set[str]) -> None:

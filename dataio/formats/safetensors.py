@@ -38,7 +38,7 @@ from dataio.io.local import open_file
 from dataio.io.ranged import RangedFile, is_local, local_path
 from dataio.io.resolve import glob_in
 from dataio.io.uri import parse
-from dataio.io.verbs import exists, fetch_whole, glob, read
+from dataio.io.verbs import exists, fetch_whole, glob
 from dataio.plan.ops import choice
 from dataio.udfs.tensor import (
     SafetensorsHeader,
@@ -152,12 +152,10 @@ class _RemoteFile:
         if len(raw) != length:
             raise FormatError(f"{uri} shrank while its header was read; retry")
         self.header: SafetensorsHeader = parse_safetensors_header(raw, self.size, source=uri)
-        self._file.close()  # its read-ahead block held the header; tensors are fetched anew
-        self._closed = False
 
     def fetch(self, entries: list[TensorEntry]) -> dict[str, memoryview]:
         """The bytes of ``entries``, each a view of what was fetched, by tensor name."""
-        if self._closed:
+        if self._file.closed:
             raise DataioError(f"{self.path} is closed; open it again to read")
         wanted = sorted((e for e in entries if e.nbytes), key=lambda e: e.start)
         if not wanted:
@@ -177,7 +175,7 @@ class _RemoteFile:
 
         def get(span: list[Any]) -> dict[str, memoryview]:
             start, end, members = span
-            data = memoryview(read(self.path, offset=start, size=end - start))
+            data = memoryview(self._file.pread(start, end - start))
             if len(data) != end - start:
                 raise FormatError(
                     f"{self.path}: tensors end at byte {end} but the object now ends at "
@@ -205,7 +203,7 @@ class _RemoteFile:
         return _torch_view(lambda: writable, _at_zero(entry), self.path)
 
     def close(self) -> None:
-        self._closed = True
+        self._file.close()
 
 
 # The first request of a remote file: the 8-byte length and, usually, the whole header.
