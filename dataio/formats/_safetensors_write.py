@@ -199,6 +199,11 @@ def write_safetensors(
     directory always reads back as what was written. Each file is written to a
     temporary name and renamed, so readers never see a partial file.
 
+    ``path_or_dir`` may be an object store URI (``s3://``, ``gs://``, ``az://``,
+    ``http(s)://``): each file is put as one object, whole or not at all (large ones
+    as a multipart upload from the tensors' own memory), and the stale objects of an
+    earlier layout are found through its index and deleted.
+
     Args:
         path_or_dir: a ``.safetensors`` file path or a directory.
         state_dict: tensor name -> array or tensor (any dtype safetensors stores).

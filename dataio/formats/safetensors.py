@@ -519,9 +519,15 @@ def read_safetensors(
     ``device="cuda:N"`` copies each tensor to the GPU through pinned host buffers;
     GPUDirect Storage (see :func:`gds_info`) is not used for this yet.
 
+    ``path_or_dir`` may be a URI (``s3://``, ``gs://``, ``az://``, ``hf://``,
+    ``http(s)://``, ``file://``): the header is fetched by a ranged read, then only the
+    tensors asked for (the whole object when they cover most of it). Remote results are
+    in memory: NumPy arrays read-only unless ``copy=True``, torch tensors writable.
+
     Args:
         path_or_dir: a ``.safetensors`` file or a directory (with or without
-            ``model.safetensors.index.json``).
+            ``model.safetensors.index.json``), local or a URI (a remote "directory"
+            is a prefix).
         keys: the tensors to read (default: all).
         framework: ``"numpy"`` or ``"torch"``.
         device: ``None`` / ``"cpu"`` or ``"cuda:N"`` (torch only).
@@ -529,7 +535,7 @@ def read_safetensors(
 
     Raises:
         FormatError: a header or index is malformed.
-        NotFoundError: the path does not exist.
+        NotFoundError: the path or object does not exist (the message names it).
         DeviceError: ``device`` names a GPU this host lacks.
 
     Example:
