@@ -282,9 +282,9 @@ def safetensors_subset(url: str, total_bytes: int, rounds: int) -> None:
     print(f"uploaded {mib(dataio.head(uri)['size'])} in {time.perf_counter() - started:.1f} s")
     del state
     size = dataio.head(uri)["size"]
-    with dataio.open_safetensors(uri) as st:  # where the tensor lies, for the raw verbs
-        entry = st._entry(names[SUBSET_TENSORS // 2])[1]
-    tensor = entry.nbytes
+    with dataio.open_safetensors(uri) as st:  # where the tensors lie, for the raw verbs
+        entries = [st._entry(name)[1] for name in names]
+    tensor = entries[0].nbytes
     header_block = min(64 << 10, size)
     fetched: list[int] = []
     real_read = verbs.read
@@ -294,11 +294,12 @@ def safetensors_subset(url: str, total_bytes: int, rounds: int) -> None:
         fetched.append(len(data))
         return data
 
-    picks = iter(range(1 << 30))
     totals: list[int] = []
+    # each contender reads the tensors in turn, the same sequence
+    turns = {"dataio": iter(range(1 << 30)), "verbs": iter(range(1 << 30))}
 
     def via_dataio() -> tuple[int, str]:
-        name = names[next(picks) % SUBSET_TENSORS]  # a different tensor each pass
+        name = names[next(turns["dataio"]) % SUBSET_TENSORS]
         fetched.clear()
         verbs.read = counting  # type: ignore[assignment]
         try:
@@ -311,6 +312,7 @@ def safetensors_subset(url: str, total_bytes: int, rounds: int) -> None:
 
     def via_verbs() -> tuple[int, str]:
         # the same requests with no format layer: head, the header block, the tensor
+        entry = entries[next(turns["verbs"]) % SUBSET_TENSORS]
         total = dataio.head(uri)["size"]
         first = dataio.read(uri, offset=0, size=min(header_block, total))
         data = dataio.read(uri, offset=entry.start, size=tensor)

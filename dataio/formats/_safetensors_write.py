@@ -120,6 +120,7 @@ def _header(tensors: list[_Tensor], metadata: dict[str, str]) -> bytes:
 
 # Files this large upload in parts, from the tensors' own memory; smaller ones in one PUT.
 _MULTIPART_BYTES = 16 << 20
+_PART_MIB = 16
 
 
 def _ordered(tensors: list[_Tensor]) -> list[_Tensor]:
@@ -137,9 +138,12 @@ def _write_file(path: str, tensors: list[_Tensor], metadata: dict[str, str]) -> 
         parts = [memoryview(_header(ordered, metadata)), *(t.data for t in ordered)]
         total = sum(p.nbytes for p in parts)
         if total >= _MULTIPART_BYTES and not path.startswith(("http://", "https://")):
-            # the header and each tensor's bytes as they are, in a multipart upload:
-            # no file-size buffer is built
-            write(path, parts)
+            from dataio.io.handles import writer
+
+            # the header and each tensor's bytes as they are, in a multipart upload
+            # completed only when all went up: no file-size buffer is built
+            with writer(path, part_size_mib=_PART_MIB) as out:
+                out.write_chunks(parts)
         else:  # one PUT (HTTP stores take no multipart uploads)
             write(path, b"".join(parts))
         return
