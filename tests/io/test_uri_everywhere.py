@@ -126,7 +126,7 @@ def test_safetensors_read_and_open(root: str) -> None:
 
 
 def test_write_safetensors_sharded_reads_back(root: str) -> None:
-    sd = _state_dict()
+    sd = _state_dict() | {"large": np.ones(5 << 20, np.float32)}  # 20 MiB: a multipart upload
     written = dataio.write_safetensors(f"{root}/ckpt", sd, max_shard_size=2048)
     assert written[-1].endswith("model.safetensors.index.json") and len(written) > 2
     union: dict[str, np.ndarray] = {}
@@ -146,8 +146,7 @@ def test_remote_safetensors_fetches_the_header_and_the_tensor(
     remote: str, fetched: list[int]
 ) -> None:
     big = np.arange(1 << 18, dtype=np.float32)  # 1 MiB, the tensor asked for
-    # 3 MiB in all: larger bodies go to HTTP as multipart uploads, which it refuses
-    sd = {f"other.{i}": np.full(1 << 16, i, np.float32) for i in range(8)} | {"big": big}
+    sd = {f"other.{i}": np.full(1 << 18, i, np.float32) for i in range(8)} | {"big": big}
     uri = put(remote, "model.safetensors", safetensors.numpy.save(sd))
     fetched.clear()
     got = dataio.read_safetensors(uri, keys=["big"])
@@ -247,6 +246,13 @@ def test_feather(listable: str) -> None:
     )
     got = dataio.scan_feather(f"{listable}/*.arrow").filter(dataio.col("value") >= 45).collect()
     assert sorted(got.column("value").to_pylist()) == [45, 46, 47, 48, 49]
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, row_group_size=10)
+    uri = put(listable, "parts/table.parquet", sink.getvalue().to_pybytes())
+    oracle = pq.read_table(pa.BufferReader(dataio.read(uri)))
+    assert dataio.read_parquet(uri).equals(oracle)
+    got = dataio.scan_parquet(f"{listable}/parts/").filter(dataio.col("value") < 3).collect()
+    assert got.sort_by("value").equals(oracle.slice(0, 3))
 
 
 def test_manifests(root: str) -> None:
@@ -306,6 +312,72 @@ def test_files(listable: str) -> None:
     assert [dataio.read(r["path"]).decode() for r in rows] == [n for n in names if ".jpg" in n]
     one = dataio.files(f"{listable}/img/cat/00?.jpg").rows()
     assert [r["key"] for r in one] == ["001", "002"]
+
+
+# -- hostile remote files: refused from their first bytes -------------------------------------
+
+
+def _hostile_npy() -> bytes:
+    """A valid NPY header declaring an object (pickled) array, then 8 MiB of data."""
+    header = "{'descr': '|O', 'fortran_order': False, 'shape': (1048576,), }"
+    header += " " * (-(len(header) + 11) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + bytes(8 << 20)
+
+
+def _hostile_safetensors() -> bytes:
+    """A header declaring a tensor past the end of the file, then 8 MiB of filler."""
+    header = json.dumps({"w": {"dtype": "F32", "shape": [1 << 30], "data_offsets": [0, 1 << 32]}})
+    text = header.encode() + b" " * (-len(header) % 8)
+    return struct.pack("<Q", len(text)) + text + bytes(8 << 20)
+
+
+@pytest.mark.parametrize(
+    ("name", "make", "load", "why"),
+    [
+        ("pickled.npy", _hostile_npy, dataio.read_numpy, "Python objects"),
+        ("overflow.safetensors", _hostile_safetensors, dataio.read_safetensors, "w"),
+    ],
+)
+def test_hostile_remote_file_is_refused_from_its_header(
+    remote: str,
+    fetched: list[int],
+    name: str,
+    make: Callable[[], bytes],
+    load: Callable[[str], Any],
+    why: str,
+) -> None:
+    uri = put(remote, name, make())
+    fetched.clear()
+    with pytest.raises(dataio.FormatError, match=why) as info:
+        load(uri)
+    assert uri in str(info.value)
+    assert sum(fetched) <= 64 << 10  # the header block only, not the 8 MiB behind it
+
+
+# -- hf:// (read-only: objects are put on the hub server) ---------------------------------------
+
+
+def test_hub_files(hub: Any, fetched: list[int]) -> None:
+    big = np.arange(1 << 16, dtype=np.float32)
+    sd = {"big": big, "small": np.arange(10, dtype=np.int32), "pad": np.zeros(1 << 16, np.float32)}
+    repo = hub.repo("models", "org/model")
+    repo.put("model.safetensors", safetensors.numpy.save(sd))
+    repo.put("arrays/x.npy", _npy(big.reshape(256, 256)))
+    repo.put("arrays.h5", _hdf5())
+    repo.put("train.jsonl", b'{"key": "a"}\n{"key": "b"}\n')
+    dataio.configure_endpoint("hf", hub.url)
+    fetched.clear()
+    _same(dataio.read_safetensors("hf://org/model/model.safetensors", keys=["big"]), {"big": big})
+    assert sum(fetched) <= 1.1 * big.nbytes + (64 << 10)
+    np.testing.assert_array_equal(dataio.read_numpy("hf://org/model/arrays/x.npy").ravel(), big)
+    with h5py.File(io.BytesIO(_hdf5()), "r") as oracle:
+        window = dataio.read_hdf5("hf://org/model/arrays.h5", key="plain", selection=(5,))
+        np.testing.assert_array_equal(window, oracle["plain"][5])
+    assert dataio.manifest("hf://org/model/train.jsonl").rows() == [{"key": "a"}, {"key": "b"}]
+    rows = dataio.files("hf://org/model/arrays/*.npy").rows()
+    assert rows == [{"key": "x", "path": "hf://org/model/arrays/x.npy"}]
+    with pytest.raises(NotFoundError, match="modle"):
+        dataio.read_safetensors("hf://org/model/modle.safetensors")
 
 
 # -- a misspelt key ---------------------------------------------------------------------------
