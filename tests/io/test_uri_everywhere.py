@@ -255,6 +255,23 @@ def test_feather(listable: str) -> None:
     assert got.sort_by("value").equals(oracle.slice(0, 3))
 
 
+def test_text_scans(listable: str) -> None:
+    import pyarrow.csv as pacsv
+    import pyarrow.json as pajson
+
+    rows = [{"key": f"k{i}", "value": i} for i in range(20)]
+    text = "key,value\n" + "".join(f"{r['key']},{r['value']}\n" for r in rows)
+    csv_uri = put(listable, "t/rows.csv", text.encode())
+    json_uri = put(listable, "t/rows.jsonl", "".join(json.dumps(r) + "\n" for r in rows).encode())
+    csv_oracle = pacsv.read_csv(pa.BufferReader(dataio.read(csv_uri)))
+    json_oracle = pajson.read_json(pa.BufferReader(dataio.read(json_uri)))
+    for got, oracle in (
+        (dataio.scan_csv(csv_uri).collect(), csv_oracle),
+        (dataio.scan_json(f"{listable}/t/*.jsonl").collect(), json_oracle),
+    ):
+        assert got.sort_by("value").to_pylist() == oracle.to_pylist()
+
+
 def test_manifests(root: str) -> None:
     rows = [{"key": "a", "label": "1"}, {"key": "b", "label": "2"}]
     jsonl = put(root, "m.jsonl", "".join(json.dumps(r) + "\n" for r in rows).encode())
