@@ -246,6 +246,51 @@ def decode_npz(
     return arrays
 
 
+def _read_remote_members(uri: str, keys: list[str]) -> dict[str, np.ndarray]:
+    """Some arrays of a remote ``.npz``, read by ranges: the zip directory, then each
+    member asked for (a stored member in one range, a compressed one inflated as its
+    bytes arrive)."""
+    arrays: dict[str, np.ndarray] = {}
+    try:
+        with RangedFile(uri) as f:
+            if f.size == 0:
+                raise FormatError(f"{uri} is empty; expected NumPy data")
+            with zipfile.ZipFile(f) as zf:
+                members = _npz_members(zf)
+                for name in keys:
+                    info = members.get(name)
+                    if info is None:
+                        raise FieldError(f"{uri} has no array {name!r}; it holds {sorted(members)}")
+                    where = f"{uri}:{info.filename}"
+                    if info.compress_type == zipfile.ZIP_STORED and not info.flag_bits & 1:
+                        data = f.pread(_member_start(f, info, uri), info.file_size)
+                        arrays[name] = decode_npy(data, source=where)
+                    else:
+                        data = read_member(zf, info, archive_size=f.size, where=where)
+                        arrays[name] = decode_npy(memoryview(data).toreadonly(), source=where)
+    except DataioError:
+        raise
+    except ZIP_ERRORS as exc:
+        raise FormatError(
+            f"{uri!r} is not a readable .npz (zip) archive: {type(exc).__name__}: {exc}"
+        ) from exc
+    return arrays
+
+
+def _member_start(f: RangedFile, info: zipfile.ZipInfo, source: str) -> int:
+    """Where a stored member's bytes start in a remote archive (its local header read)."""
+    header = f.pread(info.header_offset, LOCAL_HEADER.size)
+    if len(header) < LOCAL_HEADER.size:
+        raise FormatError(f"{source}: member {info.filename!r} starts past the end of the file")
+    signature, name_len, extra_len = LOCAL_HEADER.unpack_from(header, 0)
+    if signature != b"PK\x03\x04":
+        raise FormatError(f"{source}: member {info.filename!r} has a corrupt local header")
+    start = info.header_offset + LOCAL_HEADER.size + name_len + extra_len
+    if start + info.file_size > f.size:
+        raise FormatError(f"{source}: member {info.filename!r} is truncated")
+    return start
+
+
 def read_npz(
     path: str | os.PathLike[str],
     *,
@@ -254,8 +299,9 @@ def read_npz(
 ) -> dict[str, np.ndarray]:
     """Read the arrays of an ``.npz`` archive into a dict (names without ``.npy``).
 
-    ``path`` may be a URI; a remote archive is read whole into memory (through the
-    local cache when ``DATAIO_CACHE_DIR`` is set).
+    ``path`` may be a URI. With ``keys``, a remote archive is read by ranges: its zip
+    directory, then only those members; without, it is read whole into memory (through
+    the local cache when ``DATAIO_CACHE_DIR`` is set).
 
     Members stored uncompressed (``np.savez``) are read-only views of a file mapping;
     compressed members (``np.savez_compressed``) are inflated, under the limits of
@@ -272,7 +318,9 @@ def read_npz(
     """
     if isinstance(keys, str):
         raise PlanError(f"keys= takes a list of names, got the string {keys!r}")
-    if _remote(path):
+    if _remote(path) and keys is not None:
+        arrays = _read_remote_members(os.fspath(path), list(keys))
+    elif _remote(path):
         uri = os.fspath(path)
         data = _fetch(uri, writable=False)
         if not len(data):

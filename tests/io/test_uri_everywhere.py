@@ -184,6 +184,27 @@ def test_numpy_files(root: str) -> None:
         only = dataio.read_npz(uri, keys=["y"], mmap=False)
         assert list(only) == ["y"] and only["y"].flags.writeable
         np.testing.assert_array_equal(only["y"], oracle["y"])
+    out = io.BytesIO()
+    np.savez(out, x=big, y=small)  # stored members: each one range
+    uri = put(root, "stored.npz", out.getvalue())
+    with np.load(io.BytesIO(dataio.read(uri))) as oracle:
+        both = dataio.read_npz(uri, keys=["y", "x"])
+        assert list(both) == ["y", "x"]
+        np.testing.assert_array_equal(both["x"], oracle["x"])
+        np.testing.assert_array_equal(both["y"], oracle["y"])
+
+
+def test_remote_npz_subset_fetches_the_directory_and_the_member(
+    remote: str, fetched: list[int]
+) -> None:
+    arrays = {f"a{i}": np.full(1 << 18, i, np.float32) for i in range(8)}  # 1 MiB each
+    out = io.BytesIO()
+    np.savez(out, **arrays)
+    uri = put(remote, "arrays.npz", out.getvalue())
+    fetched.clear()
+    got = dataio.read_npz(uri, keys=["a5"])
+    np.testing.assert_array_equal(got["a5"], arrays["a5"])
+    assert sum(fetched) <= 1.1 * arrays["a5"].nbytes, fetched
 
 
 def test_tensor_scans(listable: str) -> None:
