@@ -263,8 +263,8 @@ def _read_remote_members(uri: str, keys: list[str]) -> dict[str, np.ndarray]:
                         raise FieldError(f"{uri} has no array {name!r}; it holds {sorted(members)}")
                     where = f"{uri}:{info.filename}"
                     if info.compress_type == zipfile.ZIP_STORED and not info.flag_bits & 1:
-                        data = f.pread(_member_start(f, info, uri), info.file_size)
-                        arrays[name] = decode_npy(data, source=where)
+                        stored = f.pread(_member_start(f, info, uri), info.file_size)
+                        arrays[name] = decode_npy(stored, source=where)
                     else:
                         data = read_member(zf, info, archive_size=f.size, where=where)
                         arrays[name] = decode_npy(memoryview(data).toreadonly(), source=where)
