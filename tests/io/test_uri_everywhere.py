@@ -430,12 +430,25 @@ MISSING: dict[str, Callable[[str], Any]] = {
     "open_hdf5": dataio.open_hdf5,
     "read_feather": dataio.read_feather,
     "scan_numpy": lambda uri: dataio.scan_numpy(uri).collect(),
+    "scan_npz": lambda uri: dataio.scan_npz(uri).collect(),
+    "scan_hdf5": lambda uri: dataio.scan_hdf5(uri).collect(),
+    "read_parquet": dataio.read_parquet,
+    "scan_csv": lambda uri: dataio.scan_csv(uri).collect(),
     "manifest": lambda uri: dataio.manifest(uri, format="jsonl").rows(),
     "read_image": dataio.read_image,
     "iter_tfrecord": lambda uri: list(dataio.iter_tfrecord(uri)),
     "files": lambda uri: dataio.files(uri).rows(),
 }
-SUFFIX = {"read_npz": ".npz", "read_hdf5": ".h5", "open_hdf5": ".h5", "read_feather": ".arrow"}
+SUFFIX = {
+    "read_npz": ".npz",
+    "scan_npz": ".npz",
+    "read_hdf5": ".h5",
+    "open_hdf5": ".h5",
+    "scan_hdf5": ".h5",
+    "read_feather": ".arrow",
+    "read_parquet": ".parquet",
+    "scan_csv": ".csv",
+}
 
 
 @pytest.mark.parametrize("api", sorted(MISSING))
