@@ -147,11 +147,15 @@ class _RemoteFile:
         self.path = uri
         self._file = RangedFile(uri, read_ahead=_HEADER_READ)
         self.size = self._file.size
-        length = safetensors_header_length(self._file.read(8), self.size, source=uri)
-        raw = self._file.read(length)
-        if len(raw) != length:
-            raise FormatError(f"{uri} shrank while its header was read; retry")
-        self.header: SafetensorsHeader = parse_safetensors_header(raw, self.size, source=uri)
+        try:
+            length = safetensors_header_length(self._file.read(8), self.size, source=uri)
+            raw = self._file.read(length)
+            if len(raw) != length:
+                raise FormatError(f"{uri} shrank while its header was read; retry")
+            self.header: SafetensorsHeader = parse_safetensors_header(raw, self.size, source=uri)
+        except BaseException:
+            self._file.close()
+            raise
 
     def fetch(self, entries: list[TensorEntry]) -> dict[str, memoryview]:
         """The bytes of ``entries``, each a view of what was fetched, by tensor name."""
@@ -314,7 +318,12 @@ class SafetensorsFile(Closing):
         if exists(index_uri):
             self.index = _read_index(index_uri)
             return {name: f"{base}/{file}" for name, file in self.index["weight_map"].items()}
-        found = glob(base + "/*.safetensors")
+        try:
+            found = glob(base + "/*.safetensors")
+        except DataioError:  # a server that cannot list (plain HTTP): maybe one object
+            if not exists(self.path):
+                raise
+            found = []
         if not found and exists(self.path):  # one object named without the extension
             return dict.fromkeys(self._open(self.path).header.tensors, self.path)
         if not found:
