@@ -129,9 +129,17 @@ class Hdf5File(Closing):
         except (OSError, ValueError, RuntimeError) as exc:
             if self._ranged is not None:
                 self._ranged.close()
-            if isinstance(exc, DataioError):  # a failed ranged read inside h5py
+                self._transport_failure(exc)
+            if isinstance(exc, DataioError):
                 raise
             raise FormatError(f"{self.path} is not a readable HDF5 file: {exc}") from None
+
+    def _transport_failure(self, exc: BaseException) -> None:
+        """Re-raise the error of a ranged read that failed inside h5py (which turns it
+        into a plain ``OSError``): a dead server is a ``TransportError``, not damage."""
+        failed = self._ranged.take_error() if self._ranged is not None else None
+        if failed is not None:
+            raise failed from exc
 
     def _raw(self) -> Any:
         """A new binary file over the same bytes, for the checks that read them directly."""
@@ -151,6 +159,7 @@ class Hdf5File(Closing):
         try:
             self._file.visititems(visit)
         except (RuntimeError, KeyError, OSError, ValueError, TypeError) as exc:
+            self._transport_failure(exc)
             raise FormatError(
                 f"cannot list the datasets of {self.path!r}: {exc}; the file may be corrupt"
             ) from None
@@ -163,7 +172,8 @@ class Hdf5File(Closing):
         self._check_links(key)
         try:
             found = self._file.get(key)
-        except (KeyError, ValueError, TypeError, RuntimeError, OSError):
+        except (KeyError, ValueError, TypeError, RuntimeError, OSError) as exc:
+            self._transport_failure(exc)
             found = None
         if not isinstance(found, h5py.Dataset):
             what = "a group" if isinstance(found, h5py.Group) else "not in the file"
@@ -171,6 +181,7 @@ class Hdf5File(Closing):
         try:
             found.shape, found.dtype  # noqa: B018 - a damaged datatype fails here
         except (TypeError, ValueError, OSError, RuntimeError) as exc:
+            self._transport_failure(exc)
             raise FormatError(
                 f"{self.path}: dataset {key!r} has an unreadable shape or type: {exc}"
             ) from None
@@ -256,10 +267,12 @@ class Hdf5File(Closing):
         except (OSError, ValueError, RuntimeError) as exc:
             if isinstance(exc, DataioError):
                 raise
+            self._transport_failure(exc)
             raise FormatError(f"cannot read {where}: {exc}; the file may be corrupt") from None
         try:
             array = np.asarray(dataset[index] if index else dataset[()])
         except (OSError, ValueError, TypeError, RuntimeError, KeyError) as exc:
+            self._transport_failure(exc)
             raise FormatError(f"cannot read {where}: {exc}; the file may be corrupt") from None
         if array.dtype.kind not in "OV" and not array.dtype.isnative:
             array = array.astype(array.dtype.newbyteorder("="))

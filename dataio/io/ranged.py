@@ -66,6 +66,7 @@ class RangedFile(io.RawIOBase):
         self._block = b""
         self._block_at = 0
         self._cached: Any = None
+        self._error: DataioError | None = None
         entry = cache.entry_path(parse(self.uri))
         if entry is not None:
             self._cached = _open_cached(entry, self.size)
@@ -128,12 +129,22 @@ class RangedFile(io.RawIOBase):
         if size <= 0:
             return b""
         self.requests += 1
-        if self._cached is not None:
-            data = os.pread(self._cached.fileno(), size, offset)
-        else:
-            data = verbs.read(self.uri, offset=offset, size=size)
+        try:
+            if self._cached is not None:
+                data = os.pread(self._cached.fileno(), size, offset)
+            else:
+                data = verbs.read(self.uri, offset=offset, size=size)
+        except DataioError as exc:
+            self._error = exc
+            raise
         self.fetched += len(data)
         return data
+
+    def take_error(self) -> DataioError | None:
+        """The error of the last failed fetch (then forgotten): for readers such as h5py
+        that turn a file object's exceptions into their own."""
+        error, self._error = self._error, None
+        return error
 
     def close(self) -> None:
         if self._cached is not None:

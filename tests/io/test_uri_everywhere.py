@@ -458,3 +458,16 @@ def test_misspelt_remote_key_is_not_found_naming_it(remote: str, api: str) -> No
     uri = f"{remote}/presnet{suffix}"
     with pytest.raises(NotFoundError, match="presnet"):
         MISSING[api](uri)
+
+
+def test_server_failing_under_h5py_is_a_transport_error(http_server: Any, http: str) -> None:
+    out = io.BytesIO()
+    noise = np.random.default_rng(2).standard_normal(1 << 20).astype(np.float32)  # 4 MiB
+    with h5py.File(out, "w") as f:
+        f.create_dataset("noise", data=noise, chunks=(1 << 16,), compression="gzip")
+    uri = put(http, "noise.h5", out.getvalue())
+    with dataio.open_hdf5(uri) as f:
+        http_server.fail_next = 100  # every retry of every range answers 503
+        with pytest.raises(dataio.TransportError, match=r"noise\.h5") as info:
+            f.read("noise")
+        assert not isinstance(info.value, dataio.FormatError)  # not mistaken for damage
