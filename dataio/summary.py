@@ -48,6 +48,7 @@ def _nearest(n: int, q: float) -> int:
 
 def describe_frame(frame: LazyFrame, percentiles: Sequence[float] | float | None) -> pa.Table:
     """The statistics table of :meth:`dataio.frame.LazyFrame.describe`."""
+    import numpy as np
     import pyarrow as pa
 
     qs = _percentiles(percentiles)
@@ -76,6 +77,11 @@ def describe_frame(frame: LazyFrame, percentiles: Sequence[float] | float | None
         }
         if kinds[name] == "numeric" and qs and stats["count"]:
             stats.update(_quantiles(frame, name, qs, stats["count"]))
+        if frame.schema.field(name).type in (pa.float32(), pa.float16()):
+            # as polars: a float32 column's mean and std are float32 values
+            for stat in ("mean", "std"):
+                if stats[stat] is not None:
+                    stats[stat] = float(np.float32(stats[stat]))
         values = [stats.get(label) for label in labels]
         if kinds[name] in ("numeric", "bool"):
             columns[name] = pa.array(values, pa.float64())
