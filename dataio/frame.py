@@ -358,6 +358,14 @@ class LazyFrame(Source):
 
         return int(self.agg(count().alias("len")).collect().column(0)[0].as_py())
 
+    def null_count(self) -> LazyFrame:
+        """The number of nulls in each column: a one-row frame, as polars' ``null_count()``."""
+        return self.agg(*(col(name).null_count().alias(name) for name in self.columns))
+
+    def __bool__(self) -> bool:
+        """Always true: a frame is a plan, and its truth never runs it (``len(frame)`` does)."""
+        return True
+
     def describe(  # polars' describe(): statistics; the plan's description is description()
         self, percentiles: Sequence[float] | float | None = (0.25, 0.5, 0.75)
     ) -> pa.Table:
@@ -845,7 +853,7 @@ def sql(query: str, *, functions: Mapping[str, Any] | None = None, **tables: Any
     """
     if not isinstance(query, str) or not query.strip():
         raise PlanError(f"sql() needs a query string, got {query!r}")
-    query, paths = path_tables(query)
+    _, paths = path_tables(query)  # the engine plans the rewritten text; errors show this
     nodes = tuple((name, _table_node(name, value)) for name, value in tables.items())
     nodes += tuple((path, scan(path).plan) for path in paths if path not in tables)
     node = Sql(query, nodes, _functions(functions))

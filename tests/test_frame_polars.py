@@ -338,6 +338,12 @@ def test_count_is_non_null_counts_per_column(frames: tuple[LazyFrame, Any]) -> N
     assert_same(filtered.count().collect(), df.filter(pl.col("flag")).count(), types=False)
 
 
+def test_null_count_matches_polars(frames: tuple[LazyFrame, Any]) -> None:
+    frame, df = frames
+    assert_same(frame.null_count().collect(), df.null_count(), types=False)
+    assert bool(frame.filter(col("width") > 100))  # a plan's truth never runs it
+
+
 def test_describe_matches_polars(frames: tuple[LazyFrame, Any]) -> None:
     frame, df = frames
     assert_same(frame.describe(), df.describe())

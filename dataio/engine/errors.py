@@ -21,7 +21,7 @@ _QUALIFIER = re.compile(
 
 
 def _clean(message: str) -> str:
-    message = message.replace("DataFusion error: ", "").strip()
+    message = message.replace("DataFusion error: ", "").replace("datafusion.public.", "").strip()
     return _QUALIFIER.sub("", message)
 
 

@@ -8,7 +8,7 @@ from dataio.engine.errors import guard
 from dataio.engine.expressions import column
 from dataio.exceptions import QueryError
 from dataio.plan.frame import Join, Sql
-from dataio.plan.sql_paths import quote_identifier
+from dataio.plan.sql_paths import path_tables, quote_identifier
 
 __all__ = ["join", "sql_plan", "unqualified"]
 
@@ -82,7 +82,7 @@ def sql_plan(node: Sql, inputs: list[tuple[str, Any]], ctx: Any) -> Any:
             with guard(where):
                 ctx.register_view(name, df)
         with guard(where):
-            return ctx.sql(node.query)
+            return ctx.sql(path_tables(node.query)[0])
     finally:
         unregister_chains(ctx, node.functions)
         for name in names:
