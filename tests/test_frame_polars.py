@@ -152,6 +152,16 @@ def test_cast_float_to_int_and_bool_to_int(frames: tuple[LazyFrame, Any]) -> Non
     assert_same(got, df.select(pl.col("ratio").cast(pl.Int64), pl.col("flag").cast(pl.Int64)))
 
 
+def test_cast_strict_and_not(frames: tuple[LazyFrame, Any]) -> None:
+    frame, df = frames
+    got = frame.select(col("key").cast("int64", strict=False)).collect()
+    assert_same(got, df.select(pl.col("key").cast(pl.Int64, strict=False)))
+    with pytest.raises(QueryError, match=r"col\('key'\)\.cast"):
+        frame.select(col("key").cast("int64")).collect()
+    with pytest.raises(pl.exceptions.InvalidOperationError):
+        df.select(pl.col("key").cast(pl.Int64))
+
+
 def test_cast_refuses_unknown_dtypes() -> None:
     with pytest.raises(PlanError, match="'floaty'"):
         col("width").cast("floaty")

@@ -171,7 +171,12 @@ def _apply(step: Node, df: Any, ctx: Any, mode: Mode) -> Any:
 
 
 def _unique(step: Unique, df: Any, where: str) -> Any:
-    """The rows :class:`Unique` keeps, in their input order (``df`` has positions)."""
+    """The rows :class:`Unique` keeps, in their input order (``df`` has positions).
+
+    One hash aggregate finds each value's first or last position (and its count, for
+    ``keep="none"``); a semi join on those positions keeps the rows. Window functions
+    (``row_number`` per value) sorted every partition and took ~40x longer on 2M rows.
+    """
     from datafusion import functions as f
     from datafusion import lit
 
@@ -180,19 +185,15 @@ def _unique(step: Unique, df: Any, where: str) -> Any:
     if missing:
         raise QueryError(f"{where}: subset columns {missing} not found; available: {names}")
     keys = [column(n) for n in step.subset or names]
-    first, last = "__dataio_first", "__dataio_last"
+    kept, seen = "__dataio_kept", "__dataio_seen"
+    pick = f.max if step.keep == "last" else f.min
     with guard(where):
-        ranked = df.with_columns(
-            f.row_number(partition_by=keys, order_by=[column(POSITION).sort()]).alias(first),
-            f.row_number(
-                partition_by=keys, order_by=[column(POSITION).sort(ascending=False)]
-            ).alias(last),
-        )
+        groups = df.aggregate(keys, [pick(column(POSITION)).alias(kept), f.count().alias(seen)])
         if step.keep == "none":
-            kept = ranked.filter((column(first) == lit(1)) & (column(last) == lit(1)))
-        else:
-            kept = ranked.filter(column(last if step.keep == "last" else first) == lit(1))
-        return kept.sort(column(POSITION).sort()).select(*(column(n) for n in [*names, POSITION]))
+            groups = groups.filter(column(seen) == lit(1))
+        groups = groups.select(column(kept))
+        rows = df.join(groups, how="semi", left_on=[POSITION], right_on=[kept])
+        return rows.sort(column(POSITION).sort()).select(*(column(n) for n in [*names, POSITION]))
 
 
 def compile_plan(

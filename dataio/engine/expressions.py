@@ -56,7 +56,8 @@ def compile_expr(expr: Expr, ctx: Any, df: Any = None) -> Any:
     if op == "is_between":
         return compile_expr(between(expr), ctx, df)
     if op == "cast":
-        return compile_expr(args[0], ctx, df).cast(args[1])
+        value = compile_expr(args[0], ctx, df)
+        return value.try_cast(args[1]) if len(args) > 2 else value.cast(args[1])
     if op == "str":
         from dataio.engine.strings import compile_str
 

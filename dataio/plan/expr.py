@@ -212,8 +212,11 @@ class Expr:
         """True where ``low <= value <= high`` (:meth:`is_between` with both bounds)."""
         return self.is_between(low, high)
 
-    def cast(self, dtype: Any) -> Expr:
+    def cast(self, dtype: Any, *, strict: bool = True) -> Expr:
         """Cast to a type; the column keeps its name.
+
+        With ``strict=True`` (polars' default) a value that does not convert fails the
+        query; with ``strict=False`` it becomes null.
 
         ``dtype`` is a name (``"float32"``, ``"int64"``, ``"string"``, ``"bool"``,
         polars' ``"Float32"``/``"Utf8"``..., or any ``pyarrow`` alias such as
@@ -224,7 +227,9 @@ class Expr:
         Example:
             >>> dataio.col("width").cast("float32") / dataio.col("height")  # doctest: +SKIP
         """
-        return Expr("cast", self, as_dtype(dtype))
+        if strict:
+            return Expr("cast", self, as_dtype(dtype))
+        return Expr("cast", self, as_dtype(dtype), False)
 
     def field(self, name: str) -> Expr:
         """A field of a struct column, e.g. ``col("size").field("width")``."""
@@ -381,7 +386,8 @@ class Expr:
             bounds = f"{args[1].describe()}, {args[2].describe()}"
             return f"{args[0].describe()}.is_between({bounds}, closed={args[3]!r})"
         if op == "cast":
-            return f"{args[0].describe()}.cast({args[1]})"
+            strict = ", strict=False" if len(args) > 2 else ""
+            return f"{args[0].describe()}.cast({args[1]}{strict})"
         if op == "str":
             params = ", ".join(
                 repr(v) if i < args[3] else f"{k}={v!r}" for i, (k, v) in enumerate(args[2])
