@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from dataio.exceptions import PlanError
 from dataio.io.resolve import remote_prefix, resolve, spec_items
 from dataio.plan import runtime
-from dataio.plan.expr import AGGREGATES, Expr, col
+from dataio.plan.expr import AGGREGATES, Expr, col, count
 from dataio.plan.frame import (
     SOURCES,
     Aggregate,
@@ -354,8 +354,6 @@ class LazyFrame(Source):
         known = self.length()
         if known is not None:
             return known
-        from dataio.plan.expr import count
-
         return int(self.agg(count().alias("len")).collect().column(0)[0].as_py())
 
     def null_count(self) -> LazyFrame:
