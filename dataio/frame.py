@@ -2,7 +2,8 @@
 
 A :class:`LazyFrame` is a value: every method returns a new frame and nothing reads data
 until a terminal runs (``collect``, ``collect_arrow_reader``, ``to_polars``,
-``to_torch``/``to_numpy``, iteration, ``__arrow_c_stream__``, ``explain``). Building a
+``to_torch``/``to_numpy``, iteration, ``__arrow_c_stream__``, ``explain``,
+``describe``, ``len()``). Building a
 frame reads each scan's schema from its first file's metadata and checks the plan
 against it, so an unknown column fails where it is written.
 

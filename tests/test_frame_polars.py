@@ -244,6 +244,10 @@ def test_is_in_matches_polars(frames: tuple[LazyFrame, Any]) -> None:
         df.filter(pl.col("key").is_in(["Abc", "", "zz"])),
     )
     assert frame.filter(col("width").is_in([])).collect().num_rows == 0
+    with pytest.raises(QueryError, match=r"col\('key'\) \(string\) cannot hold 1"):
+        frame.filter(col("key").is_in(["a", 1]))
+    with pytest.raises(pl.exceptions.InvalidOperationError):
+        df.filter(pl.col("key").is_in([1]))
     with pytest.raises(PlanError):
         col("width").is_in("abc")
     with pytest.raises(PlanError, match="closed"):

@@ -237,6 +237,8 @@ def check_expr(expr: Expr, df: Any, ctx: Any, where: str) -> None:
                     f"{where}: .str.{node.args[0]}() needs a string column, but "
                     f"{node.args[1].describe()} is {base}; cast it with .cast('string')"
                 )
+        if node.op == "is_in":
+            _check_values(node, df, ctx, where)
         if node.op != "binary" or node.args[0] not in _COMPARISONS:
             continue
         left, right = node.args[1], node.args[2]
@@ -246,6 +248,20 @@ def check_expr(expr: Expr, df: Any, ctx: Any, where: str) -> None:
             raise QueryError(
                 f"{where}: cannot compare {left.describe()} ({types[0]}) with "
                 f"{right.describe()} ({types[1]}); cast one side with .cast(...)"
+            )
+
+
+def _check_values(node: Expr, df: Any, ctx: Any, where: str) -> None:
+    """``is_in`` values of the column's kind (DataFusion would fail only when it runs)."""
+    from dataio.plan.expr import lit
+
+    value = _type(node.args[0], df, ctx, where)
+    for item in node.args[1]:
+        kinds = {_kind(value), _kind(_type(lit(item), df, ctx, where))}
+        if len(kinds - {"null"}) > 1 and kinds != {"temporal", "string"}:
+            raise QueryError(
+                f"{where}: {node.args[0].describe()} ({value}) cannot hold {item!r}; "
+                "give values of the column's type, or cast the column with .cast(...)"
             )
 
 
