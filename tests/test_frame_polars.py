@@ -100,6 +100,30 @@ def test_arithmetic_matches_polars(frames: tuple[LazyFrame, Any], ours: Any, the
     assert_same(got, df.select(theirs(pl.col)))
 
 
+@pytest.mark.parametrize(
+    ("ours", "theirs"),
+    [
+        (lambda c: c("width").fill_null(0), lambda c: c("width").fill_null(0)),
+        (lambda c: c("ratio").fill_null(c("height")), lambda c: c("ratio").fill_null(c("height"))),
+        (lambda c: c("key").fill_null("?"), lambda c: c("key").fill_null("?")),
+        (lambda c: c("width").abs(), lambda c: c("width").abs()),
+        (lambda c: c("ratio").abs(), lambda c: c("ratio").abs()),
+        (lambda c: c("ratio").round(), lambda c: c("ratio").round()),
+        (lambda c: (c("ratio") / 3).round(2), lambda c: (c("ratio") / 3).round(2)),
+        (lambda c: (c("width") / 4).round(1), lambda c: (c("width") / 4).round(1)),
+        (lambda c: c("width").round(), lambda c: c("width").round()),
+        (lambda c: c("f32").round(), lambda c: c("f32").round()),
+        (
+            lambda c: c("ratio").round(mode="half_away_from_zero"),
+            lambda c: c("ratio").round(mode="half_away_from_zero"),
+        ),
+    ],
+)
+def test_value_methods_match_polars(frames: tuple[LazyFrame, Any], ours: Any, theirs: Any) -> None:
+    frame, df = frames
+    assert_same(frame.select(ours(col)).collect(), df.select(theirs(pl.col)))
+
+
 def test_true_division_of_integer_columns_is_a_float(frames: tuple[LazyFrame, Any]) -> None:
     frame, df = frames
     got = frame.with_columns(aspect=col("width") / col("height")).collect()

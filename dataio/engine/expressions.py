@@ -31,6 +31,7 @@ def compile_expr(expr: Expr, ctx: Any, df: Any = None) -> Any:
     ``df`` is the DataFusion frame the expression runs over: arithmetic reads its
     operands' types there to divide as polars does (see :func:`_arithmetic`).
     """
+    import pyarrow as pa
     from datafusion import functions as f
     from datafusion import lit
 
@@ -38,8 +39,6 @@ def compile_expr(expr: Expr, ctx: Any, df: Any = None) -> Any:
     if op == "col":
         return column(args[0])
     if op == "lit":
-        import pyarrow as pa
-
         return lit(pa.scalar(args[0]))  # plain string, not string_view; no import probing
     if op == "binary":
         return _binary(args[0], args[1], args[2], ctx, df)
@@ -64,6 +63,17 @@ def compile_expr(expr: Expr, ctx: Any, df: Any = None) -> Any:
         return compile_str(args[0], compile_expr(args[1], ctx, df), dict(args[2]))
     if op == "field":
         return f.get_field(compile_expr(args[0], ctx, df), args[1])
+    if op == "fill_null":
+        return f.coalesce(compile_expr(args[0], ctx, df), compile_expr(args[1], ctx, df))
+    if op == "abs":
+        return f.abs(compile_expr(args[0], ctx, df))
+    if op == "round":
+        value = compile_expr(args[0], ctx, df)
+        kind = _operand_kinds(value, value, df)[0]
+        if kind == "int":
+            return value  # as polars: integers are already round
+        rounded = _round(value, args[1], args[2])
+        return rounded.cast(pa.float32()) if kind == "float32" else rounded
     if op == "alias":
         return compile_expr(args[0], ctx, df).alias(args[1])
     if op == "call":
@@ -80,6 +90,19 @@ def compile_expr(expr: Expr, ctx: Any, df: Any = None) -> Any:
         value = None if args[1] is None else compile_expr(args[1], ctx, df)
         return _aggregate(args[0], value)
     raise QueryError(f"unknown expression {expr.describe()}")  # pragma: no cover
+
+
+def _round(value: Any, decimals: int, mode: str) -> Any:
+    """DataFusion rounds halves away from zero; polars' default sends them to even."""
+    from datafusion import functions as f
+    from datafusion import lit
+
+    if mode == "half_away_from_zero":
+        return f.round(value, lit(decimals))
+    scaled = value * lit(10.0**decimals)
+    half = f.abs(scaled - f.trunc(scaled)) == lit(0.5)
+    even = lit(2.0) * f.round(scaled / lit(2.0))
+    return f.when(half, even).otherwise(f.round(scaled)) / lit(10.0**decimals)
 
 
 def between(expr: Expr) -> Expr:

@@ -231,6 +231,30 @@ class Expr:
             return Expr("cast", self, as_dtype(dtype))
         return Expr("cast", self, as_dtype(dtype), False)
 
+    def fill_null(self, value: Any) -> Expr:
+        """The value, or ``value`` (a literal or an expression) where it is null."""
+        return Expr("fill_null", self, _wrap(value))
+
+    def abs(self) -> Expr:
+        """The absolute value."""
+        return Expr("abs", self)
+
+    def round(
+        self,
+        decimals: int = 0,
+        *,
+        mode: Literal["half_to_even", "half_away_from_zero"] = "half_to_even",
+    ) -> Expr:
+        """Rounded to ``decimals`` places; halves go to the even digit by default, as in
+        polars (``mode="half_away_from_zero"``: away from zero)."""
+        if isinstance(decimals, bool) or not isinstance(decimals, int) or decimals < 0:
+            raise PlanError(f"round decimals must be an integer >= 0, got {decimals!r}")
+        if mode not in ("half_to_even", "half_away_from_zero"):
+            raise PlanError(
+                f"round mode must be 'half_to_even' or 'half_away_from_zero', got {mode!r}"
+            )
+        return Expr("round", self, decimals, mode)
+
     def field(self, name: str) -> Expr:
         """A field of a struct column, e.g. ``col("size").field("width")``."""
         return Expr("field", self, name)
@@ -341,7 +365,11 @@ class Expr:
             return str(args[1])
         if op == "str":
             return str(args[1].output_name())
-        if op in ("not", "neg", "is_null", "is_not_null", "is_in", "is_between", "cast"):
+        if op in ("not", "neg", "is_null", "is_not_null", "is_in", "is_between", "cast") or op in (
+            "fill_null",
+            "abs",
+            "round",
+        ):
             return str(args[0].output_name())
         if op == "chain":  # like polars: an op chain keeps its column's name
             return str(args[0].output_name())
@@ -395,6 +423,12 @@ class Expr:
             return f"{args[1].describe()}.str.{args[0]}({params})"
         if op == "field":
             return f"{args[0].describe()}.field({args[1]!r})"
+        if op == "fill_null":
+            return f"{args[0].describe()}.fill_null({args[1].describe()})"
+        if op == "abs":
+            return f"{args[0].describe()}.abs()"
+        if op == "round":
+            return f"{args[0].describe()}.round({args[1]}, mode={args[2]!r})"
         if op == "alias":
             return f"{args[0].describe()}.alias({args[1]!r})"
         if op == "call":
