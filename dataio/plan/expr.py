@@ -415,7 +415,7 @@ class Expr:
             return f"{args[0].describe()}.is_between({bounds}, closed={args[3]!r})"
         if op == "cast":
             strict = ", strict=False" if len(args) > 2 else ""
-            return f"{args[0].describe()}.cast({args[1]}{strict})"
+            return f"{args[0].describe()}.cast({_dtype_text(args[1])}{strict})"
         if op == "str":
             params = ", ".join(
                 repr(v) if i < args[3] else f"{k}={v!r}" for i, (k, v) in enumerate(args[2])
@@ -529,6 +529,13 @@ def as_dtype(value: Any) -> pa.DataType:
         f"cast() takes a dtype name (e.g. 'float32', 'int64', 'string', 'bool'), a pyarrow "
         f"type, a NumPy dtype, a polars dtype or int/float/str/bool/bytes; got {value!r}"
     )
+
+
+def _dtype_text(dtype: Any) -> builtins.str:
+    """A type as plans show it: Arrow's names, but ``float32`` for Arrow's ``float``
+    (which reads as Python's 64-bit ``float``)."""
+    text = builtins.str(dtype)
+    return {"halffloat": "float16", "float": "float32", "double": "float64"}.get(text, text)
 
 
 def _wrap(value: Any) -> Expr:
