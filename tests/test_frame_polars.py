@@ -512,3 +512,35 @@ def test_duplicate_output_names_are_refused_as_polars(frames: tuple[LazyFrame, A
         df.select(pl.col("width"), pl.col("width") * 2)
     assert frame.select(col("width"), (col("width") * 2).alias("w2")).columns == ["width", "w2"]
     assert frame.select(lit(1)).columns == df.select(pl.lit(1)).columns
+
+
+@pytest.mark.parametrize(
+    ("query", "paths"),
+    [
+        ("SELECT * FROM 'a.parquet' WHERE k = 'x'", ["a.parquet"]),
+        ("SELECT * FROM 'a.parquet' x, 'b.csv' y WHERE x.k IN ('a', 'b')", ["a.parquet", "b.csv"]),
+        ("SELECT * FROM t JOIN 'b.csv' ON t.a = 'x'", ["b.csv"]),
+        ("SELECT 'a', 'b' FROM (SELECT 1)", []),
+        ("SELECT * FROM (SELECT 'q' FROM 'p.csv') s, 'z.csv'", ["p.csv", "z.csv"]),
+        ("WITH a AS (SELECT * FROM 'x.json') SELECT * FROM a WHERE b IN ('1')", ["x.json"]),
+        ("SELECT * FROM 'it''s.csv' -- FROM 'no.csv'", ["it's.csv"]),
+        ("SELECT '/* FROM ''no'' */' FROM t /* FROM 'no' */", []),
+    ],
+)
+def test_sql_path_tables_are_found_only_where_tables_go(query: str, paths: list[str]) -> None:
+    from dataio.plan.sql_paths import path_tables
+
+    rewritten, found = path_tables(query)
+    assert found == paths
+    for path in paths:
+        assert '"' + path.replace('"', '""') + '"' in rewritten
+
+
+def test_sql_over_a_list_of_paths_matches_a_polars_cross_join(tmp_path: Path) -> None:
+    pq.write_table(TABLE.slice(0, 3), tmp_path / "x.parquet")
+    pq.write_table(TABLE.slice(3), tmp_path / "y.parquet")
+    query = f"SELECT count(*) AS n FROM '{tmp_path}/x.parquet' a, '{tmp_path}/y.parquet' b"
+    want = pl.read_parquet(tmp_path / "x.parquet").join(
+        pl.read_parquet(tmp_path / "y.parquet"), how="cross"
+    )
+    assert dataio.sql(query).collect()["n"].to_pylist() == [want.height]

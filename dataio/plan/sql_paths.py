@@ -1,7 +1,8 @@
 """File paths written as tables in SQL text: ``SELECT ... FROM 'data/*.parquet'``.
 
-:func:`path_tables` finds each single-quoted string that follows ``FROM`` or ``JOIN``
-(outside other strings, quoted identifiers and comments) and rewrites it as a quoted
+:func:`path_tables` finds each single-quoted string that follows ``FROM`` or ``JOIN``,
+or a comma in a ``FROM`` list (outside other strings, quoted identifiers and comments),
+and rewrites it as a quoted
 identifier named by the path, so the query plans over a table of that name and
 DataFusion's messages name the path the user wrote.
 """
@@ -11,6 +12,12 @@ from __future__ import annotations
 __all__ = ["path_tables", "quote_identifier"]
 
 _TABLE_KEYWORDS = ("from", "join")
+# words that end a FROM list (after them a comma separates values, not tables)
+_CLAUSE_ENDS = frozenset({
+    "where", "group", "order", "limit", "having", "on", "using", "select", "union",
+    "intersect", "except", "window", "qualify", "offset", "fetch", "values", "set", "into",
+    "returning",
+})  # fmt: skip
 
 
 def quote_identifier(name: str) -> str:
@@ -28,13 +35,15 @@ def path_tables(query: str) -> tuple[str, list[str]]:
     out: list[str] = []
     paths: list[str] = []
     last_word = ""
+    in_from = False
+    outer: list[bool] = []  # in_from of each enclosing parenthesis (subqueries)
     i, n = 0, len(query)
     while i < n:
         ch = query[i]
         if ch == "'":
             end = _string_end(query, i)
             text = query[i + 1 : end - 1].replace("''", "'")
-            if last_word in _TABLE_KEYWORDS and text:
+            if text and (last_word in _TABLE_KEYWORDS or (in_from and last_word == ",")):
                 out.append(quote_identifier(text))
                 if text not in paths:
                     paths.append(text)
@@ -63,8 +72,14 @@ def path_tables(query: str) -> tuple[str, list[str]]:
             while i < n and (query[i].isalnum() or query[i] == "_"):
                 i += 1
             last_word = query[start:i].lower()
+            in_from = last_word in _TABLE_KEYWORDS or (in_from and last_word not in _CLAUSE_ENDS)
             out.append(query[start:i])
         else:
+            if ch == "(":
+                outer.append(in_from)
+                in_from = False
+            elif ch == ")":
+                in_from = outer.pop() if outer else False
             if not ch.isspace():
                 last_word = ch
             out.append(ch)
