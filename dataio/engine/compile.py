@@ -191,6 +191,9 @@ def _unique(step: Unique, df: Any, where: str) -> Any:
         groups = df.aggregate(keys, [pick(column(POSITION)).alias(kept), f.count().alias(seen)])
         if step.keep == "none":
             groups = groups.filter(column(seen) == lit(1))
+        if set(step.subset or names) == set(names):  # the groups are the rows: no join
+            rows = groups.sort(column(kept).sort())
+            return rows.select(*(column(n) for n in names), column(kept).alias(POSITION))
         groups = groups.select(column(kept))
         rows = df.join(groups, how="semi", left_on=[POSITION], right_on=[kept])
         return rows.sort(column(POSITION).sort()).select(*(column(n) for n in [*names, POSITION]))
