@@ -93,7 +93,7 @@ class Source:
 
         # only an indexed source's length is free; others may have to read to know it
         rows = self.length() if isinstance(self, IndexedSource) else None
-        return source_text(self.describe(), rows)
+        return source_text(self.description(), rows)
 
     def __len__(self) -> int:
         n = self.length()
