@@ -35,6 +35,15 @@ Targets: the no-copy read (``read_buffer``, one request: the same work as obstor
     .venv/bin/python benchmarks/object_io.py [--rounds R] [--large-mib M] [--objects N]
 
 Nothing here asserts on timings; the targets are printed as met or not met.
+
+``--safetensors-subset`` runs one more case instead (issue #16): a safetensors file of
+1 GiB (``--safetensors-mib``) of 16 equal float32 tensors on moto, read one tensor at a
+time with ``dataio.read_safetensors(uri, keys=[name])``. Bytes fetched are counted
+through a hook on ``dataio.io.verbs.read`` (every ranged body the ranged file receives).
+Compared with the raw verbs reading the same ranges (``head``, the 64 KiB header block,
+the tensor: what the format layer costs on top of them) and with ``dataio.read`` of the
+whole object (what reading the file whole would fetch). Targets: bytes fetched <= 1.1x
+the tensor's size; the subset read within 10% of the raw verbs on the same bytes.
 """
 
 from __future__ import annotations
@@ -359,6 +368,96 @@ def tfrecord_case(megabytes: int, rounds: int) -> list[tuple[str, float, float]]
     return [("tfrecord: verify=True >= 0.80 x verify=False", ratio(""), TARGET_VERIFY)]
 
 
+# -- remote safetensors subset (issue #16) ----------------------------------------------
+
+SUBSET_TENSORS = 16
+TARGET_SUBSET_BYTES = 1.1  # bytes fetched <= 1.1x the tensor read
+TARGET_VS_VERBS = 0.90  # within 10% of the raw verbs on the same bytes
+
+
+def safetensors_subset(url: str, total_bytes: int, rounds: int) -> None:
+    """Read one tensor of a ``total_bytes`` safetensors object on moto; print the rows."""
+    import numpy as np
+
+    from dataio.io import verbs
+
+    count = total_bytes // 4 // SUBSET_TENSORS
+    names = [f"layer.{i:02d}.weight" for i in range(SUBSET_TENSORS)]
+    uri = f"s3://{BUCKET}/safetensors/model.safetensors"
+    state = {name: np.full(count, i, np.float32) for i, name in enumerate(names)}
+    started = time.perf_counter()
+    dataio.write_safetensors(uri, state)
+    print(f"uploaded {mib(dataio.head(uri)['size'])} in {time.perf_counter() - started:.1f} s")
+    del state
+    size = dataio.head(uri)["size"]
+    with dataio.open_safetensors(uri) as st:  # where the tensors lie, for the raw verbs
+        entries = [st._entry(name)[1] for name in names]
+    tensor = entries[0].nbytes
+    header_block = min(64 << 10, size)
+    fetched: list[int] = []
+    real_read = verbs.read
+
+    def counting(target: Any, **kwargs: Any) -> Any:
+        data = real_read(target, **kwargs)
+        fetched.append(len(data))
+        return data
+
+    totals: list[int] = []
+    # each contender reads the tensors in turn, the same sequence
+    turns = {"dataio": iter(range(1 << 30)), "verbs": iter(range(1 << 30))}
+
+    def via_dataio() -> tuple[int, str]:
+        name = names[next(turns["dataio"]) % SUBSET_TENSORS]
+        fetched.clear()
+        verbs.read = counting  # type: ignore[assignment]
+        try:
+            array = dataio.read_safetensors(uri, keys=[name])[name]
+        finally:
+            verbs.read = real_read  # type: ignore[assignment]
+        got = sum(fetched)
+        totals.append(got)
+        return array.nbytes, f"{got:,} bytes fetched in {len(fetched)} ranges"
+
+    def via_verbs() -> tuple[int, str]:
+        # the same requests with no format layer: head, the header block, the tensor
+        entry = entries[next(turns["verbs"]) % SUBSET_TENSORS]
+        total = dataio.head(uri)["size"]
+        first = dataio.read(uri, offset=0, size=min(header_block, total))
+        data = dataio.read(uri, offset=entry.start, size=tensor)
+        return len(data), f"{len(first) + len(data):,} bytes fetched in 2 ranges"
+
+    def via_whole() -> tuple[int, str]:
+        return len(dataio.read(uri)), f"{size:,} bytes (the whole object)"
+
+    subset = Contender("read_safetensors(keys=[1])", via_dataio, tensor)
+    verbs_same = Contender("raw verbs, same ranges", via_verbs, tensor)
+    whole = Contender("dataio.read whole", via_whole, size)
+    interleave([subset, verbs_same, whole], rounds, unit="bytes")
+    rows = [
+        [c.name, f"{c.rate() / 1e6:,.0f} MB/s", f"{median(c.seconds):.3f} s", c.output]
+        for c in (subset, verbs_same, whole)
+    ]
+    print()
+    print(f"object {mib(size)}, {SUBSET_TENSORS} tensors; tensor read {mib(tensor)}")
+    print(format_table(["contender", "median rate", "median time", "fetched"], rows))
+    per_read = max(totals)  # the most any pass fetched
+    checks = [
+        ("bytes fetched <= 1.1x the tensor", tensor * TARGET_SUBSET_BYTES / per_read, 1.0),
+        (
+            "subset read >= 0.90x the raw verbs on the same ranges",
+            median(verbs_same.seconds) / median(subset.seconds),
+            TARGET_VS_VERBS,
+        ),
+    ]
+    print(
+        f"bytes fetched / tensor: {per_read / tensor:.4f}; whole object / tensor: "
+        f"{size / tensor:.1f}"
+    )
+    for label, ratio, target in checks:
+        verdict = "met" if ratio >= target else "NOT met"
+        print(f"target {label}: {ratio:.2f} -> {verdict}")
+
+
 # -- report ----------------------------------------------------------------------------
 
 
@@ -386,6 +485,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--tfrecord-mib", type=int, default=256, help="TFRecord file size (0: skip the case)"
     )
     parser.add_argument("--tfrecord-only", action="store_true", help="run the tfrecord case alone")
+    parser.add_argument(
+        "--safetensors-subset",
+        action="store_true",
+        help="run only the remote safetensors one-tensor subset case",
+    )
+    parser.add_argument("--safetensors-mib", type=int, default=1024)
     args = parser.parse_args(argv)
     large_bytes = args.large_mib << 20
     if args.tfrecord_only:
@@ -396,6 +501,11 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     for line in machine_lines(PACKAGES):
         print(line)
+    if args.safetensors_subset:
+        with moto_server() as url:
+            configure_dataio(url)
+            safetensors_subset(url, args.safetensors_mib << 20, args.rounds)
+        return
     files = small_files(args.objects)
     sizes = [p.stat().st_size for p in files]
     print(
