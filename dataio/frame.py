@@ -349,11 +349,16 @@ class LazyFrame(Source):
 
     def __len__(self) -> int:
         """The number of rows: from file metadata for an addressable frame
-        (:meth:`by_position`), else by a ``COUNT(*)`` query that reads no column it need
-        not (a filter's columns only)."""
+        (:meth:`by_position`), the records a bare ``scan_numpy``/``scan_npz``/``scan_hdf5``
+        iterates, else by a ``COUNT(*)`` query that reads no column it need not (a
+        filter's columns only)."""
         known = self.length()
         if known is not None:
             return known
+        if isinstance(self._node, FileRecords):
+            # as many rows as iterating gives (a damaged file is one failed record), so
+            # ``list(scan)``, which asks ``len`` first, does not fail on a damaged file
+            return sum(1 for _ in self.iterate())
         return int(self.agg(count().alias("len")).collect().column(0)[0].as_py())
 
     def null_count(self) -> LazyFrame:
