@@ -595,6 +595,8 @@ def _build_hf(location: Location, transport: Transport, credentials: dict[str, s
 
     from dataio.io import hf
 
+    if hf.offline():  # HF_HUB_OFFLINE: the shared cache's snapshot, no network
+        return hf.cache_store(location)
     base = hf.endpoint(_endpoints.get("hf"))
     options = _options(transport, base)
     secret = hf.token(credentials)
