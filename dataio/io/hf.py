@@ -59,6 +59,7 @@ _TRUE = ("1", "ON", "YES", "TRUE")
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 _NEXT = re.compile(r'<([^>]+)>\s*;\s*rel="?next"?')
 _MAX_PAGES = 10_000
+_MEMORY_FILE_BYTES = 64 << 20
 # (endpoint, kind, repo id, revision, token) -> whether the Hub has that repository
 _known: dict[tuple[str, str, str, str, str | None], bool] = {}
 
@@ -205,6 +206,8 @@ def cache_store(location: Location) -> Any:
     found = resolve(location)
     snapshot = _snapshot(found)
     folder = os.path.join(snapshot, found.subfolder) if snapshot else None
+    if folder is not None and not location.key and os.path.isfile(folder):
+        return _file_store(location, folder)
     if folder is None or not os.path.isdir(folder):
         raise NotFoundError(
             f"{str(location)!r}: HF_HUB_OFFLINE is set and the Hugging Face cache "
@@ -213,6 +216,24 @@ def cache_store(location: Location) -> Any:
             "HF_HUB_OFFLINE"
         )
     return LocalStore(prefix=folder)
+
+
+def _file_store(location: Location, path: str) -> Any:
+    # hf://gpt2/config.json is the key "" under "gpt2/config.json", which a local store
+    # cannot serve: hold the (small) file in memory instead
+    import obstore
+    from obstore.store import MemoryStore
+
+    size = os.path.getsize(path)
+    if size > _MEMORY_FILE_BYTES:
+        raise DataioError(
+            f"{str(location)!r}: offline, a top-level file of a repository without owner is "
+            f"held in memory, and this one has {size} bytes; write the revision, which "
+            f"reads it in place: hf://{location.authority.replace('/', '@main/', 1)}"
+        )
+    store = MemoryStore()
+    obstore.put(store, "", Path(path).read_bytes())
+    return store
 
 
 def offline_hint(location: Location) -> str:
@@ -277,7 +298,9 @@ def _exists_hub(base: str, secret: str | None, found: Repo, timeout: float) -> b
         RevisionNotFoundError,
     )
 
-    api = HfApi(endpoint=base, token=secret or False, library_name="dataio")
+    api = HfApi(
+        endpoint=base, token=secret or False, library_name="dataio", library_version=_version()
+    )
     try:
         api.repo_info(
             found.repo_id, repo_type=found.kind[:-1], revision=found.revision, timeout=timeout
@@ -289,6 +312,15 @@ def _exists_hub(base: str, secret: str | None, found: Repo, timeout: float) -> b
     except Exception:  # unreachable, refused...: the read that follows reports it
         return None
     return True
+
+
+def _version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dataio")
+    except PackageNotFoundError:
+        return None
 
 
 def _exists_api(base: str, secret: str | None, found: Repo, timeout: float) -> bool | None:

@@ -98,9 +98,9 @@ def _parse_hf(text: str, rest: str) -> Location:
     # the grammar of huggingface_hub's parse_hf_uri, plus repositories without an owner
     # (gpt2): hf://[models/|datasets/|spaces/]ID[@REVISION][/PATH], ID = [owner/]name
     parts = rest.split("/")
+    kind = parts.pop(0) if parts[0] in _HF_KINDS and len(parts) > 1 and parts[1] else ""
     if len(parts) == 2 and not parts[1]:
         parts.pop()  # hf://gpt2/ lists a repository without owner
-    kind = parts.pop(0) if parts[0] in _HF_KINDS and len(parts) > 1 else ""
     body = "/".join(parts)
     at = body.find("@")
     if at == -1 or body[:at].count("/") > 1:  # an "@" past the repository is in a file name
