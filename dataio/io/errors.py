@@ -35,8 +35,8 @@ _CREDENTIAL_HINTS = {
     "gs": "dataio.configure_credentials('gs', ...) or the GOOGLE_* environment",
     "az": "dataio.configure_credentials('az', ...) or the AZURE_STORAGE_* environment",
     "hf": (
-        "HF_TOKEN or dataio.configure_credentials('hf', bearer_token=...); the "
-        "repository may also be private, gated or missing"
+        "HF_TOKEN, huggingface-cli login or dataio.configure_credentials('hf', "
+        "bearer_token=...); the repository may also be private, gated or missing"
     ),
     "http": "dataio.configure_credentials(scheme, bearer_token=...)",
     "https": "dataio.configure_credentials(scheme, bearer_token=...)",

@@ -283,8 +283,8 @@ def _exists(found: Repo) -> bool | None:
 
 
 def _huggingface_hub() -> bool:
-    try:
-        import huggingface_hub  # noqa: F401
+    try:  # errors moved there in 0.23; an older one is as good as none
+        import huggingface_hub.errors  # noqa: F401
     except ImportError:
         return False
     return True
@@ -301,10 +301,9 @@ def _exists_hub(base: str, secret: str | None, found: Repo, timeout: float) -> b
     api = HfApi(
         endpoint=base, token=secret or False, library_name="dataio", library_version=_version()
     )
+    kind = found.kind[:-1]
     try:
-        api.repo_info(
-            found.repo_id, repo_type=found.kind[:-1], revision=found.revision, timeout=timeout
-        )
+        api.repo_info(found.repo_id, repo_type=kind, revision=found.revision, timeout=timeout)
     except (GatedRepoError, RevisionNotFoundError):
         return True  # it exists; reading it reports the gate or the revision
     except RepositoryNotFoundError:
@@ -500,8 +499,8 @@ def _http_error(status: int, code: str, target: str) -> DataioError:
     if status == 401:
         return AuthenticationError(
             f"ls {target!r}: the Hub refused the request ({code or 401}); the repository "
-            "may be private, gated or missing: set HF_TOKEN or "
-            "dataio.configure_credentials('hf', bearer_token=...)"
+            "may be private, gated or missing: set HF_TOKEN, run huggingface-cli login or "
+            "call dataio.configure_credentials('hf', bearer_token=...)"
         )
     if status == 403:
         return PermissionDeniedError(
