@@ -386,6 +386,10 @@ def store_for(location: Location) -> ObjectStore:
         )
     store = _stores.get(key)
     if store is None:
+        if scheme == "hf":
+            from dataio.io import hf
+
+            hf.resolve(location)  # may ask the Hub which repository: not under the lock
         with _lock:
             store = _stores.get(key)
             if store is None:

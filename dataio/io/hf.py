@@ -205,16 +205,20 @@ def cache_store(location: Location) -> Any:
 
     found = resolve(location)
     snapshot = _snapshot(found)
-    folder = os.path.join(snapshot, found.subfolder) if snapshot else None
-    if folder is not None and not location.key and os.path.isfile(folder):
-        return _file_store(location, folder)
-    if folder is None or not os.path.isdir(folder):
+    if snapshot is None:
+        written = repo(location)
+        also = f" (nor {written.repo_id!r})" if written.repo_id != found.repo_id else ""
         raise NotFoundError(
             f"{str(location)!r}: HF_HUB_OFFLINE is set and the Hugging Face cache "
-            f"{cache_dir()!r} holds no {found.kind[:-1]} {found.repo_id!r} at revision "
+            f"{cache_dir()!r} holds no {found.kind[:-1]} {found.repo_id!r}{also} at revision "
             f"{found.revision!r}; download it first (huggingface-cli download) or unset "
             "HF_HUB_OFFLINE"
         )
+    folder = os.path.join(snapshot, found.subfolder)
+    if not location.key and os.path.isfile(folder):
+        return _file_store(location, folder)
+    if not os.path.isdir(folder):
+        raise NotFoundError(f"no object at {str(location)!r}{offline_hint(location)}")
     return LocalStore(prefix=folder)
 
 

@@ -188,6 +188,14 @@ def test_files_of_repositories_without_owner_read_list_and_glob(hub_env: HubServ
     assert dio.glob("hf://gpt2/onnx/*.md") == ["hf://gpt2/onnx/README.md"]
     # what the listings answer reads back
     assert [dio.read(u) for u in dio.glob("hf://gpt2/*.json")] == [CONFIG]
+    # a top-level file is the whole location (its key is ""): ranges and streams too
+    hub_env.repo("models", "gpt2").put("model.bin", WEIGHTS)
+    assert dio.read("hf://gpt2/model.bin", offset=1000, size=24) == WEIGHTS[1000:1024]
+    buffer = bytearray(len(WEIGHTS))
+    assert dio.fetch_into("hf://gpt2/model.bin", buffer) == len(WEIGHTS)
+    assert bytes(buffer) == WEIGHTS
+    assert dio.stream("hf://gpt2/model.bin").read_all() == WEIGHTS
+    assert dio.reader("hf://gpt2/model.bin").read_all() == WEIGHTS
     # the owned repository of the same name is another one
     assert dio.read("hf://openai-community/gpt2/onnx/model.onnx") == WEIGHTS[::-1]
     assert dio.ls("hf://openai-community/gpt2/") == [
@@ -348,8 +356,12 @@ def test_offline_misses_say_offline(
         dio.read("hf://gpt2/onnx/README.md")
     assert "hf://gpt2/onnx/README.md" in str(caught.value)
     # a repository, and a revision, that were never downloaded
-    with pytest.raises(NotFoundError, match=r"HF_HUB_OFFLINE.*'spaces/org/demo'|'org/demo'"):
+    with pytest.raises(NotFoundError, match=r"HF_HUB_OFFLINE.*space 'org/demo'"):
         dio.read("hf://spaces/org/demo/app.py")
+    with pytest.raises(NotFoundError, match=r"HF_HUB_OFFLINE.*'gpt3/config.json'"):
+        dio.read("hf://gpt3/config.json")  # neither gpt3/config.json nor gpt3 is cached
+    with pytest.raises(NotFoundError, match=r"hf://gpt2/no-folder/x.bin.*HF_HUB_OFFLINE"):
+        dio.read("hf://gpt2/no-folder/x.bin")
     with pytest.raises(NotFoundError, match="HF_HUB_OFFLINE"):
         dio.read("hf://gpt2@v2/config.json")
     with pytest.raises(NotFoundError, match="HF_HUB_OFFLINE"):
@@ -387,3 +399,16 @@ def test_resolve_names_the_repository_and_its_folder(hub_env: HubServer, mode: s
     assert hf.resolve_url(hub_env.url, parse("hf://gpt2/onnx/model.onnx")) == (
         f"{hub_env.url}/gpt2/resolve/main/onnx"
     )
+
+
+@pytest.mark.usefixtures("mode")
+def test_offline_top_level_files_without_owner_are_bounded(
+    cached: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(hf, "_MEMORY_FILE_BYTES", len(CONFIG) - 1)
+    # hf://gpt2/config.json is held in memory offline; past the bound, the error says
+    # how to read it in place
+    with pytest.raises(DataioError, match=re.escape("hf://gpt2@main/config.json")):
+        dio.read("hf://gpt2/config.json")
+    assert dio.read("hf://gpt2@main/config.json") == CONFIG
