@@ -330,7 +330,6 @@ class HubHandler(QuietHandler):
         data = files.get(path)
         commit = {"X-Repo-Commit": repo.commit(branch)}
         if data is None:
-            self.server.misses += 1
             body = json.dumps({"error": f"{path} does not exist"}).encode()
             headers = {"X-Error-Code": "EntryNotFound", "Content-Type": "application/json"}
             self.reply(404, body, {**headers, **commit})
@@ -437,7 +436,6 @@ class HubServer(ThreadedServer):
         self.page_size = page_size
         self.repos: dict[tuple[str, str], Repo] = {}
         self.requests: list[tuple[str, str, dict[str, str]]] = []
-        self.misses = 0  # resolve requests for files a revision lacks
         self.cdn = RangeServer()
         super().__init__(HubHandler)
 

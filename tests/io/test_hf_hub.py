@@ -69,7 +69,9 @@ def hub_env(hub: HubServer, monkeypatch: pytest.MonkeyPatch) -> HubServer:
     owned.put("config.json", b'{"owned": true}')
     owned.put("onnx/model.onnx", WEIGHTS[::-1])
     hub.repo("datasets", "squad").put("plain_text/train.json", b'[{"q": 1}]')
-    hub.repo("datasets", "org/set").put("data/train.json", b"[]")
+    dataset = hub.repo("datasets", "org/set")
+    dataset.put("data/train.json", b"[]")
+    dataset.put("default/train/0.parquet", b"PAR1", revision="refs/convert/parquet")
     hub.repo("spaces", "org/demo").put("app.py", b"print('hi')")
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
     return hub
@@ -144,6 +146,13 @@ def _hub_url(hub: HubServer, repo_id: str, filename: str, **kwargs: Any) -> str:
             "app.py",
             {"repo_type": "space"},
             b"print('hi')",
+        ),
+        (
+            "hf://datasets/org/set@refs/convert/parquet/default/train/0.parquet",
+            "org/set",
+            "default/train/0.parquet",
+            {"repo_type": "dataset", "revision": "refs/convert/parquet"},
+            b"PAR1",
         ),
     ],
 )
