@@ -178,7 +178,9 @@ def cache_dir() -> str:
 
 def offline() -> bool:
     """Whether ``HF_HUB_OFFLINE`` (or ``TRANSFORMERS_OFFLINE``) forbids the network."""
-    return any(os.environ.get(k, "").strip().upper() in _TRUE for k in _OFFLINE_ENV)
+    # as huggingface_hub: the first one set decides (HF_HUB_OFFLINE=0 wins)
+    value = next((os.environ[k] for k in _OFFLINE_ENV if os.environ.get(k)), "")
+    return value.strip().upper() in _TRUE
 
 
 def resolve_url(base: str, location: Location) -> str:
@@ -255,10 +257,16 @@ def _snapshot(found: Repo) -> str | None:
     base = os.path.join(cache_dir(), found.folder)
     commit = found.revision
     if not _COMMIT.fullmatch(commit):
+        refs = os.path.join(base, "refs")
+        ref = os.path.normpath(os.path.join(refs, commit))
+        if not ref.startswith(refs + os.sep):
+            return None  # "@../x" names no ref
         try:
-            commit = Path(base, "refs", found.revision).read_text().strip()
+            commit = Path(ref).read_text().strip()
         except (OSError, UnicodeDecodeError):
             return None
+    if not _COMMIT.fullmatch(commit):
+        return None  # a damaged ref: not a snapshot of this cache
     snapshot = os.path.join(base, "snapshots", commit)
     return snapshot if os.path.isdir(snapshot) else None
 

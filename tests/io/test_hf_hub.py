@@ -376,6 +376,14 @@ def test_offline_misses_say_offline(
     with pytest.raises(NotFoundError, match="HF_HUB_OFFLINE"):
         dio.ls("hf://datasets/squad/")
     assert dio.ls("hf://gpt2/no-such-folder/") == []
+    # a revision is a ref of the cache, and a ref a commit: nothing else is followed
+    Path(cached["cache"], "outside").write_text(cached["commit"])  # a ref, were it one
+    with pytest.raises(NotFoundError, match="HF_HUB_OFFLINE"):
+        dio.read("hf://gpt2@..%2F..%2Foutside/config.json")
+    refs = Path(cached["cache"], "models--gpt2", "refs")
+    (refs / "damaged").write_text("../../../../../tmp")
+    with pytest.raises(NotFoundError, match="HF_HUB_OFFLINE"):
+        dio.read("hf://gpt2@damaged/config.json")
     # nothing outside the snapshot is reachable
     assert dio.ls("hf://gpt2@main/../../") == []
     with pytest.raises(DataioError):
@@ -421,3 +429,13 @@ def test_offline_top_level_files_without_owner_are_bounded(
     with pytest.raises(DataioError, match=re.escape("hf://gpt2@main/config.json")):
         dio.read("hf://gpt2/config.json")
     assert dio.read("hf://gpt2@main/config.json") == CONFIG
+
+
+@pytest.mark.usefixtures("mode")
+def test_hf_hub_offline_zero_wins_over_transformers_offline(
+    hub_env: HubServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")  # huggingface_hub reads the first set
+    assert not hf.offline()
+    assert dio.read("hf://gpt2/config.json") == CONFIG  # from the Hub: nothing is cached
