@@ -296,6 +296,13 @@ class HubHandler(QuietHandler):
             self._resolve(segments)
 
     def _repo(self, kind: str, repo_id: str) -> Repo | None:
+        moved = self.server.renamed.get((kind, repo_id))
+        if moved is not None:
+            # a renamed repository answers with a same-origin redirect to its new id
+            path, mark, query = self.path.partition("?")
+            path = (path + "/").replace(f"/{repo_id}/", f"/{moved}/", 1)[:-1]
+            self.reply(307, b"", {"Location": path + mark + query})
+            return None
         repo = self.server.repos.get((kind, repo_id))
         wanted = f"Bearer {self.server.token}"
         if repo is None or (repo.private and self.headers.get("Authorization") != wanted):
@@ -435,6 +442,7 @@ class HubServer(ThreadedServer):
         self.lfs_threshold = lfs_threshold
         self.page_size = page_size
         self.repos: dict[tuple[str, str], Repo] = {}
+        self.renamed: dict[tuple[str, str], str] = {}
         self.requests: list[tuple[str, str, dict[str, str]]] = []
         self.cdn = RangeServer()
         super().__init__(HubHandler)
@@ -444,6 +452,13 @@ class HubServer(ThreadedServer):
         ``repo_id`` is ``owner/name`` or, as legacy repositories (gpt2), ``name``."""
         found = self.repos.setdefault((kind, repo_id), Repo(kind, repo_id, private=private))
         return found
+
+    def rename(self, kind: str, old: str, new: str) -> None:
+        """Move a repository to a new id; the old one redirects there, as the Hub did
+        when repositories without owner moved to organisations (gpt2)."""
+        self.repos[(kind, new)] = self.repos.pop((kind, old))
+        self.repos[(kind, new)].repo_id = new
+        self.renamed[(kind, old)] = new
 
     def stop(self) -> None:
         super().stop()

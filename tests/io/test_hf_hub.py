@@ -439,3 +439,29 @@ def test_hf_hub_offline_zero_wins_over_transformers_offline(
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")  # huggingface_hub reads the first set
     assert not hf.offline()
     assert dio.read("hf://gpt2/config.json") == CONFIG  # from the Hub: nothing is cached
+
+
+@pytest.mark.usefixtures("mode")
+def test_a_renamed_repository_without_owner_follows_the_hubs_redirect(
+    hub_env: HubServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # canonical repositories moved under organisations; their old ids redirect
+    bert = hub_env.repo("models", "bert-base-uncased", private=True)
+    bert.put("config.json", b'{"bert": true}')
+    bert.put("model.bin", WEIGHTS)
+    hub_env.rename("models", "bert-base-uncased", "google-bert/bert-base-uncased")
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    assert dio.read("hf://bert-base-uncased/config.json") == b'{"bert": true}'
+    assert dio.read("hf://bert-base-uncased/model.bin", offset=5, size=5) == WEIGHTS[5:10]
+    assert dio.ls("hf://bert-base-uncased/") == [
+        "hf://bert-base-uncased/config.json",
+        "hf://bert-base-uncased/model.bin",
+    ]
+    assert dio.ls("hf://google-bert/bert-base-uncased/") == [
+        "hf://google-bert/bert-base-uncased/config.json",
+        "hf://google-bert/bert-base-uncased/model.bin",
+    ]
+    moved = [p for p in _resolves(hub_env) if p.startswith("/google-bert/")]
+    assert moved, "the reads must have followed the redirect"
+    # the token went along the same-origin redirect (the repository is private)
+    assert f"Bearer {TOKEN}" in _authorizations(hub_env)
