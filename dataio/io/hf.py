@@ -282,7 +282,7 @@ def _exists(found: Repo) -> bool | None:
     key = (base, found.kind, found.repo_id, found.revision, secret)
     if key not in _known:
         timeout = transport_for("hf").timeout_secs or 30.0
-        hub = _huggingface_hub()
+        hub = _huggingface_hub(base)
         answer = (
             _exists_hub(base, secret, found, timeout)
             if hub
@@ -294,12 +294,16 @@ def _exists(found: Repo) -> bool | None:
     return _known[key]
 
 
-def _huggingface_hub() -> bool:
-    try:  # errors moved there in 0.23; an older one is as good as none
+def _huggingface_hub(base: str) -> bool:
+    """Whether to ask through huggingface_hub: installed (0.23 or later) and set up for
+    this endpoint. Its side requests (the agent registry it fetches for its user agent)
+    go to the endpoint it read at import, so another one is asked directly instead."""
+    try:
         import huggingface_hub.errors  # noqa: F401
+        from huggingface_hub import constants
     except ImportError:
         return False
-    return True
+    return str(constants.ENDPOINT).rstrip("/") == base
 
 
 def _exists_hub(base: str, secret: str | None, found: Repo, timeout: float) -> bool | None:

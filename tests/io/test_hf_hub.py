@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import huggingface_hub
 import pytest
 from helpers.cloud_servers import HubServer
+from huggingface_hub import hf_hub_url  # bound now: tests hide the package from dataio
 
 import dataio.io as dio
 from dataio.exceptions import AuthenticationError, DataioError, NotFoundError
@@ -32,11 +33,24 @@ WEIGHTS = bytes(range(256)) * 20  # over HubServer's LFS threshold: served by th
 
 
 @pytest.fixture(params=["huggingface_hub", "fallback"])
-def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, hub: HubServer) -> str:
     """Each test runs with huggingface_hub importable, and with it hidden."""
     if request.param == "fallback":
         monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # import raises ImportError
+    else:  # as if HF_ENDPOINT was set before it was imported
+        constants = huggingface_hub.constants
+        template = hub.url + "/{repo_id}/resolve/{revision}/{filename}"
+        monkeypatch.setattr(constants, "ENDPOINT", hub.url)
+        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", template)
     return str(request.param)
+
+
+@pytest.fixture(autouse=True)
+def no_telemetry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HF_HUB_DISABLE_TELEMETRY=1 for huggingface_hub, which read it at import: with
+    telemetry on it fetches an agent registry from its endpoint for its user agent."""
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_TELEMETRY", True)
 
 
 @pytest.fixture(autouse=True)
@@ -87,7 +101,7 @@ def _resolves(hub: HubServer, since: int = 0) -> list[str]:
 
 def _hub_url(hub: HubServer, repo_id: str, filename: str, **kwargs: Any) -> str:
     """The resolve URL's path as huggingface_hub builds it (the oracle)."""
-    url = huggingface_hub.hf_hub_url(repo_id, filename, endpoint=hub.url, **kwargs)
+    url = hf_hub_url(repo_id, filename, endpoint=hub.url, **kwargs)
     return urlsplit(url).path
 
 
@@ -316,16 +330,19 @@ def cached(hub_env: HubServer) -> dict[str, str]:
         ("openai-community/gpt2", "config.json", "main", "model"),
         ("org/set", "data/train.json", "main", "dataset"),
     ]
-    for repo_id, name, revision, kind in downloads:
-        huggingface_hub.hf_hub_download(
-            repo_id,
-            name,
-            revision=revision,
-            repo_type=kind,
-            endpoint=hub_env.url,
-            cache_dir=cache,
-            token=False,
-        )
+    with pytest.MonkeyPatch.context() as patch:
+        # the download needs huggingface_hub even where a test hides it from dataio
+        patch.setitem(sys.modules, "huggingface_hub", huggingface_hub)
+        for repo_id, name, revision, kind in downloads:
+            huggingface_hub.hf_hub_download(
+                repo_id,
+                name,
+                revision=revision,
+                repo_type=kind,
+                endpoint=hub_env.url,
+                cache_dir=cache,
+                token=False,
+            )
     return {"cache": cache, "commit": hub_env.repos[("models", "gpt2")].commit("main")}
 
 
@@ -465,3 +482,17 @@ def test_a_renamed_repository_without_owner_follows_the_hubs_redirect(
     assert moved, "the reads must have followed the redirect"
     # the token went along the same-origin redirect (the repository is private)
     assert f"Bearer {TOKEN}" in _authorizations(hub_env)
+
+
+def test_huggingface_hub_is_asked_only_about_its_own_endpoint(
+    hub_env: HubServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # huggingface_hub set up for another Hub (its side requests would go there)
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "https://hub.invalid")
+    assert dio.read("hf://gpt2/config.json") == CONFIG
+    agents = {
+        {k.lower(): v for k, v in h.items()}.get("user-agent", "")
+        for _, p, h in hub_env.requests
+        if p.startswith("/api/")
+    }
+    assert agents and not any("hf_hub/" in a for a in agents), agents
