@@ -45,6 +45,7 @@ __all__ = [
     "keys",
     "ls",
     "offline",
+    "offline_hint",
     "repo",
     "resolve",
     "resolve_url",

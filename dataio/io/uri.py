@@ -48,9 +48,8 @@ class Location:
         if self.scheme == "file":
             return "/" + key if self.local_style == "path" else "file:///" + key
         if self.scheme == "hf" and not key:
-            return (
-                f"hf://{self.authority}"  # the repository itself (or a file of one without owner)
-            )
+            # the repository itself, or a file of one without owner (hf://gpt2/config.json)
+            return f"hf://{self.authority}"
         return f"{self.scheme}://{self.authority}/{key}"
 
     @property
