@@ -16,9 +16,11 @@ such ids.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
+import ssl
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -456,11 +458,19 @@ def _tree(location: Location, path: str, *, recursive: bool) -> list[dict[str, A
 
 def _opener(url: str) -> urllib.request.OpenerDirector:
     proxy = proxy_for(origin(url))
+    roots = (os.environ.get("SSL_CERT_FILE", ""), os.environ.get("AWS_CA_BUNDLE", ""))
     return urllib.request.build_opener(
         urllib.request.ProxyHandler({"http": proxy, "https": proxy} if proxy else {}),
-        urllib.request.HTTPSHandler(context=tls_context()),
+        urllib.request.HTTPSHandler(context=_tls(roots)),
         _SameOriginRedirects(),
     )
+
+
+@functools.lru_cache(maxsize=4)
+def _tls(roots: tuple[str, str]) -> ssl.SSLContext:
+    """The TLS context for the bundle variables ``roots``: loading a CA bundle costs
+    about 50 ms, once per listing or question to the Hub without this cache."""
+    return tls_context()
 
 
 class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
