@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from dataio import progress as progress_bars
 from dataio.engine.assemble import FailurePolicy, assemble
 from dataio.engine.batch_ops import apply_batch_ops, padded_slots
 from dataio.engine.buffers import BufferPool
@@ -19,6 +20,7 @@ from dataio.engine.lower import lower
 from dataio.engine.state import LoaderState, validate_state
 from dataio.engine.stream import ShardSpec, plan_chunks
 from dataio.exceptions import BatchFailedError, DataioError, PlanError
+from dataio.pictures import pixel_formats
 from dataio.plan.pipeline import BatchStage, Pipeline
 from dataio.sources import Source
 from dataio.sources import records as records_source
@@ -87,6 +89,7 @@ class Loader:
         shard: Mapping[str, Any] | str | None,
         max_prefetch_bytes: int | None,
         device: str | None,
+        progress: bool | str | None = None,
     ) -> None:
         if device is not None and output == "torch":
             check_device(device)  # an absent device fails run() itself, before anything
@@ -97,9 +100,11 @@ class Loader:
         self.output = output
         self.device = device
         self.source: Source = records_source(records)
+        self._progress = progress_bars.resolve(progress)  # type: ignore[arg-type]
         self.shard = ShardSpec.parse(shard)
         self._policy = FailurePolicy(on_failure, log_errors)
         self._kernels = lower(plan)
+        self._pixels = pixel_formats(plan)  # batches carry it for dataio.show
         self._unstacked = padded_slots(plan.batch_ops)
         self._plain = output == "numpy" and not plan.batch_ops and not plan.batch_maps
         shape = plan.shape
@@ -161,6 +166,8 @@ class Loader:
             pool=self._pool,
         )
         current = _Pass(self, executor, self._epoch)
+        if self._progress:  # a bar per pass; nothing per batch when progress is off
+            current.bar = progress_bars.pass_bar(True, total=_batches(self), epoch=self._epoch)
         self._pass_ref = weakref.ref(current)
         return current
 
@@ -171,12 +178,16 @@ class Loader:
             return
         self._pass_ref = lambda: None
         running.executor.close()
+        if running.bar is not None:
+            running.bar.close()
 
     def _finish(self, current: _Pass) -> None:
         """The pass delivered its last batch: the loader stands at the next epoch."""
         if self._pass_ref() is current:
             self._pass_ref = lambda: None
             current.executor.close()
+            if current.bar is not None:
+                current.bar.close()
             self._epoch = current.epoch + 1
             self._consumed = 0
             self._fresh = True
@@ -206,6 +217,8 @@ class Loader:
                 if last:
                     self._finish(current)
                 raise
+            if current.bar is not None:
+                current.bar.batch(job.size, len(job.errors))
         except (StopIteration, BatchFailedError):
             raise
         except BaseException:
@@ -242,6 +255,7 @@ class Loader:
 
     def _deliver(self, job: Any, epoch: int) -> Any:
         batch = assemble(job, self._policy, self._unstacked)
+        batch.pixels = self._pixels
         if self._plain:  # numpy output, no batch transforms or maps: the batch as built
             return batch
         if self.plan.batch_ops:
@@ -332,6 +346,13 @@ class Loader:
         """True once :meth:`close` ran (or the ``with`` block ended)."""
         return self._closed
 
+    def __repr__(self) -> str:
+        running = "closed" if self._closed else "running" if self._pass_ref() else "ready"
+        return (
+            f"Loader({self.plan.summary()}; source={self.source!r}; output={self.output!r}, "
+            f"epoch={self._epoch}, position={self._consumed}, state={running!r})"
+        )
+
     def __enter__(self) -> Loader:
         return self
 
@@ -382,6 +403,8 @@ class _Pass:
     out of a ``for`` loop) cancels its pass's queued work at once.
     """
 
+    bar: progress_bars.PassBar | None = None
+
     def __init__(self, loader: Loader, executor: Executor, epoch: int) -> None:
         self.loader = loader
         self.executor = executor
@@ -404,6 +427,16 @@ class _Pass:
             # wait for running tasks only on the consumer's thread: a garbage collection
             # that runs on a pool thread must not wait for that thread's own task
             executor.close(wait=threading.get_ident() == self._thread)
+
+
+def _batches(loader: Loader) -> int | None:
+    """A fresh pass's batch count for its bar, when known without reading."""
+    if loader._consumed or loader.select_chunks is not None:
+        return None
+    try:
+        return len(loader)
+    except TypeError:
+        return None
 
 
 def _as_arrow(item: Any) -> Any:

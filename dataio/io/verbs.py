@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, overload
 
-from dataio import limits
+from dataio import limits, progress
 from dataio.exceptions import DataioError, NotFoundError, OutOfRangeError
 from dataio.io import cache
 from dataio.io.config import redact, store_for, transport_for
@@ -243,7 +243,10 @@ def write(uri: URI, data: Any) -> str | None:
 
     loc = parse(uri)
     require_writable(loc, "write")
-    result = call(lambda: obstore.put(store_for(loc), loc.key, data), uri, "write")
+    # obstore uploads large bodies in parts, which HTTP stores cannot take: one PUT there
+    single = loc.scheme in ("http", "https")
+    options: dict[str, Any] = {"use_multipart": False} if single else {}
+    result = call(lambda: obstore.put(store_for(loc), loc.key, data, **options), uri, "write")
     cache.drop(loc)
     return result["e_tag"]
 
@@ -431,6 +434,8 @@ def _fetch(
     result = obstore.get(store, loc.key, options=options or None)  # type: ignore[arg-type]
     start, end = result.range
     total = end - start
+    if total >= STREAM_BYTES:  # a bar for a large body, where someone watches
+        sink = progress.track_bytes(sink, total, desc=f"download {loc.key.rsplit('/', 1)[-1]}")
     if expect is not None:
         expect(total)
     transport = transport_for(loc.scheme)
