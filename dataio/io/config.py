@@ -387,6 +387,10 @@ def store_for(location: Location) -> ObjectStore:
         )
     store = _stores.get(key)
     if store is None:
+        if scheme == "hf":
+            from dataio.io import hf
+
+            hf.resolve(location)  # may ask the Hub which repository: not under the lock
         with _lock:
             store = _stores.get(key)
             if store is None:
@@ -599,6 +603,8 @@ def _build_hf(location: Location, transport: Transport, credentials: dict[str, s
 
     from dataio.io import hf
 
+    if hf.offline():  # HF_HUB_OFFLINE: the shared cache's snapshot, no network
+        return hf.cache_store(location)
     base = hf.endpoint(_endpoints.get("hf"))
     options = _options(transport, base)
     secret = hf.token(credentials)

@@ -469,8 +469,12 @@ def _stream_store(loc: Location) -> tuple[ObjectStore, dict[str, Any]]:
     reads), a per-read timeout instead, and no retries: obstore would otherwise resume
     a broken body with a second, ranged request.
     """
+    from obstore.store import LocalStore, MemoryStore
+
     base = store_for(loc)
-    args, kwargs = base.__getnewargs_ex__()  # type: ignore[union-attr]
+    if isinstance(base, LocalStore | MemoryStore):  # hf:// offline: the shared hub cache
+        return base, {"max_retries": 0}
+    args, kwargs = base.__getnewargs_ex__()
     retry = dict(kwargs.get("retry_config") or {})
 
     def build() -> ObjectStore:
