@@ -42,6 +42,7 @@ from dataio.exceptions import (
     TransportError,
     TransportTimeoutError,
 )
+from dataio.formats.gds import gds_open, gds_read_into_tensor, gds_register_buffer
 from dataio.formats.hdf5 import Hdf5File, open_hdf5, read_hdf5, scan_hdf5
 from dataio.formats.numpy import read_npz, read_numpy, scan_npz, scan_numpy
 from dataio.formats.safetensors import (
@@ -182,6 +183,9 @@ __all__ = [
     "from_sampler",
     "gds_available",
     "gds_info",
+    "gds_open",
+    "gds_read_into_tensor",
+    "gds_register_buffer",
     "glob",
     "group_by",
     "head",

@@ -10,7 +10,15 @@ from typing import Any
 
 from dataio.exceptions import DeviceError, PlanError
 
-__all__ = ["STAGING_BYTES", "cuda_target", "gds_available", "gds_info", "to_device"]
+__all__ = [
+    "STAGING_BYTES",
+    "cuda_target",
+    "compat_preferred",
+    "cuda_why",
+    "gds_available",
+    "gds_info",
+    "to_device",
+]
 
 # Pinned staging for device copies: two buffers of this size alternate.
 STAGING_BYTES = 64 << 20
@@ -35,13 +43,25 @@ def cuda_target(device: str | None, framework: str) -> Any:
     if not torch.cuda.is_available():
         raise DeviceError(
             f"device={device!r} needs CUDA, but this host has none usable by torch "
-            f"{torch.__version__}; read with device=None (CPU) instead"
+            f"{torch.__version__} ({cuda_why(torch)}); read with device=None (CPU) instead"
         )
     index = 0 if target.index is None else target.index
     count = torch.cuda.device_count()
     if index >= count:
         raise DeviceError(f"device={device!r} does not exist; this host has {count} GPU(s)")
     return torch.device("cuda", index)
+
+
+def cuda_why(torch: Any) -> str:
+    """Why torch sees no GPU, in the capability report's words (``python -m dataio``)."""
+    from dataio._native import cuda as _cuda
+
+    found = _cuda()
+    if not found["found"]:
+        return f"cuda: not found: {found.get('why', 'no CUDA device')}"
+    if torch.version.cuda is None:
+        return f"cuda: found, but torch {torch.__version__} was built without CUDA"
+    return f"cuda: found ({found.get('devices', 0)} device(s)), but torch cannot initialize it"
 
 
 def to_device(tensors: dict[str, Any], target: Any) -> dict[str, Any]:
@@ -85,14 +105,59 @@ def gds_info() -> dict[str, Any]:
     """Report whether GPUDirect Storage (cuFile) could be used here, and why not.
 
     Probes lazily on first call and never raises: the keys are ``available``,
-    ``cufile`` (the library loaded, or ``None``), ``cuda_devices`` and ``why``.
-    Device reads currently copy through pinned memory even when GDS is available.
+    ``cufile`` (the library loaded, or ``None``), ``cuda_devices``, ``why``,
+    ``kvikio`` (its version, or ``None``) and ``route``: how a device read goes here
+    (``"gds"``, ``"compat"``: kvikio's POSIX mode, ``"pinned"``: dataio's bounce
+    buffers; ``None`` without a GPU), with ``route_why`` saying why not a better one.
 
     Example:
         >>> dataio.gds_info()["available"]  # doctest: +SKIP
         False
     """
     info: dict[str, Any] = {"available": False, "cufile": None, "cuda_devices": 0, "why": ""}
+    info.update(_probe_cufile(info))
+    info["kvikio"] = _kvikio_version()
+    info["route"], info["route_why"] = None, "no CUDA device"
+    if info["cuda_devices"]:
+        info["route"], info["route_why"] = _route(info)
+    return info
+
+
+def _kvikio_version() -> str | None:
+    try:
+        import kvikio
+    except ImportError:
+        return None
+    return str(getattr(kvikio, "__version__", "unknown"))
+
+
+def _route(info: dict[str, Any]) -> tuple[str, str]:
+    """The route of dataio.formats.gds.choose_route("auto"), from this probe."""
+    if info["kvikio"] is None:
+        return "pinned", "kvikio is not installed; pip install 'dataio[gds]'"
+    if not info["available"]:
+        return "compat", f"gds: {info['why']}"
+    try:
+        import kvikio
+
+        if compat_preferred(kvikio):
+            return "compat", "kvikio is set to its compatibility mode (KVIKIO_COMPAT_MODE)"
+    except Exception as exc:  # a probe must never break the caller
+        return "compat", f"kvikio probe failed: {type(exc).__name__}: {exc}"
+    return "gds", ""
+
+
+def compat_preferred(kvikio: Any) -> bool:
+    """Whether kvikio would read in its POSIX compatibility mode (its AUTO decided, or
+    ``KVIKIO_COMPAT_MODE=ON``)."""
+    defaults = kvikio.defaults
+    if hasattr(defaults, "is_compat_mode_preferred"):
+        return bool(defaults.is_compat_mode_preferred())
+    return bool(defaults.compat_mode())  # kvikio < 25.04: a CompatMode or a bool
+
+
+def _probe_cufile(info: dict[str, Any]) -> dict[str, Any]:
+    info = dict(info)
     try:
         from dataio._native import cuda as _cuda
         from dataio._native import library as _library

@@ -474,7 +474,9 @@ def test_cuda_reads_match_cpu_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 def test_gds_probe_reports_without_raising() -> None:
     info = gds_info()
-    assert set(info) == {"available", "cufile", "cuda_devices", "why"}
+    assert set(info) == {
+        "available", "cufile", "cuda_devices", "why", "kvikio", "route", "route_why"
+    }  # fmt: skip
     assert gds_available() is info["available"]
     if not info["available"]:
         assert info["why"]
