@@ -14,6 +14,13 @@ from dataio import progress as progress_bars
 from dataio.engine.assemble import FailurePolicy, assemble
 from dataio.engine.batch_ops import apply_batch_ops, padded_slots
 from dataio.engine.buffers import BufferPool
+from dataio.engine.device_normalize import (
+    DeviceConstants,
+    DeviceNormalize,
+    apply_on_device,
+    on_device,
+    split_normalize,
+)
 from dataio.engine.executor import Executor
 from dataio.engine.export import check_device, to_arrow, to_torch
 from dataio.engine.lower import lower
@@ -103,7 +110,14 @@ class Loader:
         self._progress = progress_bars.resolve(progress)  # type: ignore[arg-type]
         self.shard = ShardSpec.parse(shard)
         self._policy = FailurePolicy(on_failure, log_errors)
-        self._kernels = lower(plan)
+        # a CUDA target gets uint8 image rows and normalizes them there (a quarter of
+        # the bytes over the bus); the host kernels stop before normalize
+        self._device_steps: tuple[DeviceNormalize, ...] = ()
+        host_plan = plan
+        if on_device(output, device):
+            host_plan, self._device_steps = split_normalize(plan)
+        self._device_constants = DeviceConstants()
+        self._kernels = lower(host_plan)
         self._pixels = pixel_formats(plan)  # batches carry it for dataio.show
         self._unstacked = padded_slots(plan.batch_ops)
         self._plain = output == "numpy" and not plan.batch_ops and not plan.batch_maps
@@ -263,6 +277,8 @@ class Loader:
         item: Any = batch
         if self.output == "torch":
             item = to_torch(batch, self.device)
+            if self._device_steps:
+                item = apply_on_device(item, self._device_steps, self._device_constants)
         elif self.output == "arrow":
             item = to_arrow(batch)
         for batch_map in self.plan.batch_maps:

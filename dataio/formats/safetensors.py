@@ -443,8 +443,8 @@ class SafetensorsFile(Closing):
         target = cuda_target(device, framework)
         found = [(name, *self._entry(name)) for name in names]
         if target is not None and not any(isinstance(f[1], _RemoteFile) for f in found):
-            out = _read_to_gpu(found, target)  # local files: cuFile / kvikio / pinned
-            return out[key] if key is not None else out
+            on_gpu = _read_to_gpu(found, target)  # local files: cuFile / kvikio / pinned
+            return on_gpu[key] if key is not None else on_gpu
         fetched = self._fetch_remote(found)
         out: dict[str, Any] = {}
         for name, opened, entry in found:
