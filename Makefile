@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: demo test lint typecheck unit bench asan fuzz clean system-deps tools
+.PHONY: demo test lint typecheck unit bench asan fuzz clean system-deps tools gpu-check
 
 # Azurite (the Azure Blob emulator) for the az:// tests, from npm into a git-ignored
 # folder. 3.36+ needs node >= 21; Debian's node is 20.
@@ -68,6 +68,19 @@ test: system-deps tools lint typecheck unit
 
 bench: $(VENV)/.test
 	$(PY) benchmarks/image_pipeline.py
+
+# On a host with a CUDA GPU: the GPU tests (pytest -m gpu; elsewhere they skip, saying
+# why) and benchmarks/gpu.py's one table (nvJPEG via DALI vs dataio's CPU kernels vs
+# DataLoader; GDS vs kvikio compat vs pinned vs plain reads of a 2 GiB safetensors file),
+# in under 8 minutes. kvikio (the gds extra, CUDA 12) is tried first; without it the GDS
+# rows say why. Without a GPU the benchmark says it needs one and exits 0.
+$(VENV)/.gds: $(VENV)/.test
+	$(PIP) install --quiet -e '.[gds]' || echo "gpu-check: kvikio did not install; GDS rows will say why"
+	touch $@
+
+gpu-check: $(VENV)/.gds
+	timeout 180 $(PY) -m pytest -m gpu -rs -p no:cacheprovider
+	timeout 300 $(PY) benchmarks/gpu.py
 
 # A mutation campaign over every parser (not part of `make test`): FUZZ_MINUTES (default
 # 30), FUZZ_TARGETS (comma-separated, default all), FUZZ_SEED, FUZZ_JOBS. Bad inputs land

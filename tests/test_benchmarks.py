@@ -58,3 +58,34 @@ def test_benchmark_quick_mode_runs(name: str, tmp_path: Path) -> None:
     arrow = "dataio arrow table" if name == "sources.py" else "expr with_columns"
     assert f"{arrow}: unsupported: " in out or f"\n{arrow} " in out, out[-3000:]
     assert list(tmp_path.iterdir()), "the benchmark data did not go to DATAIO_BENCH_DATA"
+
+
+def test_gpu_benchmark_quick_mode_runs_its_cpu_rows(tmp_path: Path) -> None:
+    out = run_script("gpu.py", ["--quick", "--images", "48"], tmp_path)
+    for text in (
+        "mode:     quick: CPU rows only",
+        "checked: routes pinned",  # the routes read what the safetensors package reads
+        "dataio CPU kernels -> cpu ",
+        "DataLoader (2 workers) -> cpu ",
+        "pinned bounce -> cpu ",
+        "plain read + copy -> cpu ",
+        "GPU rows: not run",
+    ):
+        assert text in out, f"gpu.py did not print {text!r}:\n{out[-3000:]}"
+    # DALI and the kvikio routes either ran or say why not: never silently dropped
+    for row in ("DALI CPU backend", "GDS (cuFile) -> cpu", "kvikio compat (POSIX) -> cpu"):
+        assert f"{row}: unsupported: " in out or f"\n{row} " in out, out[-3000:]
+    assert list(tmp_path.iterdir()), "the benchmark data did not go to DATAIO_BENCH_DATA"
+
+
+def test_gpu_benchmark_without_a_gpu_says_so_and_exits_0(tmp_path: Path) -> None:
+    env = {**os.environ, "DATAIO_BENCH_DATA": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    env["CUDA_VISIBLE_DEVICES"] = ""  # no GPU for torch, on any host
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu.py")],
+        capture_output=True, text=True, timeout=120, cwd=ROOT, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "benchmarks/gpu.py needs a CUDA GPU" in result.stdout
+    assert "(cuda: " in result.stdout and "--quick" in result.stdout
+    assert not list(tmp_path.iterdir()), "it generated data it cannot use"
