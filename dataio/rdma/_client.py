@@ -18,6 +18,7 @@ from dataio._closing import Closing
 from dataio.exceptions import DeviceError, OutOfRangeError, PlanError, TransportError
 from dataio.rdma._buffers import Local, local_buffer
 from dataio.rdma._channel import PROTOCOL, parse_address, recv_frame, send_frame
+from dataio.rdma._cuda import require_cuda
 from dataio.rdma._fabric import Endpoint, error_text
 from dataio.rdma._loader import shim_or_raise
 
@@ -36,19 +37,6 @@ def _check_options(chunk_size: int, max_inflight: int, timeout: float) -> None:
         raise PlanError(f"max_inflight must be an integer in 1..4096, got {max_inflight!r}")
     if not isinstance(timeout, (int, float)) or timeout <= 0:
         raise PlanError(f"timeout must be a positive number of seconds, got {timeout!r}")
-
-
-def _require_cuda(shim_version: int) -> None:
-    from dataio._native import cuda as _cuda
-
-    cuda = _cuda()
-    if not cuda["found"]:
-        raise DeviceError(
-            f"connect(..., cuda=True) needs a CUDA GPU: {cuda.get('why', 'none found')}; "
-            "connect without cuda=True to read into host memory"
-        )
-    if shim_version < (1 << 16 | 9):
-        raise DeviceError("connect(..., cuda=True) needs libfabric >= 1.9 for FI_HMEM")
 
 
 _WELCOME_INTS = ("size", "base", "key")
@@ -157,7 +145,11 @@ class Client(Closing):
         self._base, self._key = welcome["base"], welcome["key"]
         self._shim = shim_or_raise()
         if self.cuda:
-            _require_cuda(int(self._shim.lib.fi_version()))
+            require_cuda(
+                "connect(..., cuda=True)",
+                int(self._shim.lib.fi_version()),
+                instead="connect without cuda=True to read into host memory",
+            )
         local_host = self._sock.getsockname()[0]
         try:
             self._endpoint = Endpoint(

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from dataio._closing import Closing
-from dataio.exceptions import NotFoundError, PlanError, TransportError
+from dataio.exceptions import DeviceError, NotFoundError, PlanError, TransportError
 from dataio.rdma._channel import (
     MAX_FRAME,
     PROTOCOL,
@@ -31,6 +31,7 @@ from dataio.rdma._channel import (
     parse_address,
     send_frame,
 )
+from dataio.rdma._cuda import device_buffer
 from dataio.rdma._fabric import Endpoint, Region
 from dataio.rdma._loader import shim_or_raise
 
@@ -66,38 +67,50 @@ class Server(Closing):
         size: bytes exposed; valid client offsets are ``0 <= offset <= size``.
         writable: whether clients may write (False for :func:`serve_file`).
         path: the file served, or None.
+        cuda: the CUDA device index of the served memory (``serve(cuda=...)``), or None.
     """
 
     def __init__(
         self,
         *,
         bind: str,
-        memory: mmap.mmap,
+        memory: mmap.mmap | None,
         size: int,
         writable: bool,
         provider: str | None,
         path: str | None = None,
+        device: tuple[Any, int] | None = None,
     ) -> None:
         host, port = parse_address(bind, what="bind")
         self.size, self.writable, self.path = size, writable, path
         self._memory = memory
+        self._tensor: Any = None if device is None else device[0]
+        self.cuda: int | None = None if device is None else device[1]
         self._closed = False
         self._close_lock = threading.Lock()
         self._clients: set[socket.socket] = set()
         shim = shim_or_raise()
         self._shim = shim
-        self._endpoint = Endpoint(shim, provider=provider, node=_fabric_node(host))
+        self._endpoint = _endpoint(shim, provider, host, hmem=device is not None)
         self.provider = self._endpoint.provider
-        self._export = shim.ffi.from_buffer(memory, require_writable=False)
+        self._export = (
+            None if memory is None else shim.ffi.from_buffer(memory, require_writable=False)
+        )
         try:
-            address = int(shim.ffi.cast("uintptr_t", self._export))
+            if self._tensor is not None:
+                address = int(self._tensor.data_ptr())
+            else:
+                address = int(shim.ffi.cast("uintptr_t", self._export))
             lib = shim.lib
             access = lib.FI_REMOTE_READ | (lib.FI_REMOTE_WRITE if writable else 0)
-            self._region: Region = self._endpoint.register(address, size, access)
+            self._region: Region = self._endpoint.register(
+                address, size, access, cuda_device=self.cuda
+            )
             self._listener = _listen(host, port, bind)
         except BaseException:
             self._endpoint.close()
-            shim.ffi.release(self._export)
+            if self._export is not None:
+                shim.ffi.release(self._export)
             raise
         self._listener.setblocking(False)
         self.local_addr = format_address(*self._listener.getsockname()[:2])
@@ -123,10 +136,16 @@ class Server(Closing):
         return len(self._clients)
 
     @property
-    def buffer(self) -> memoryview:
-        """The served memory itself (read-only for files): fill it, or inspect writes."""
+    def buffer(self) -> Any:
+        """The served memory itself (read-only for files): fill it, or inspect writes.
+
+        A ``memoryview`` of host memory, or the ``uint8`` CUDA tensor of ``serve(cuda=...)``.
+        """
         if self._closed:
             raise TransportError(f"the server at {self.local_addr} is closed")
+        if self._tensor is not None:
+            return self._tensor
+        assert self._memory is not None
         view = memoryview(self._memory)[: self.size]
         return view.toreadonly() if not self.writable else view
 
@@ -145,15 +164,18 @@ class Server(Closing):
         self._wake_w.close()
         self._endpoint.release(self._region)
         self._endpoint.close()
-        self._shim.ffi.release(self._export)
+        if self._export is not None:
+            self._shim.ffi.release(self._export)
         # BufferError: the caller still holds a view of .buffer; GC frees the map later.
-        with contextlib.suppress(BufferError):
-            self._memory.close()
+        if self._memory is not None:
+            with contextlib.suppress(BufferError):
+                self._memory.close()
         _open_servers.discard(self)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{self.clients} client(s)"
         what = f"file {self.path!r}" if self.path else f"{self.size} bytes"
+        what += f" on cuda:{self.cuda}" if self.cuda is not None else ""
         return f"<dataio.rdma.Server {self.local_addr} {self.provider} {what}, {state}>"
 
     # -- threads --------------------------------------------------------------------
@@ -290,7 +312,25 @@ class _Pending:
         self.reader = FrameReader()
 
 
-def serve(*, bind: str = "127.0.0.1:0", buffer_size: int, provider: str | None = None) -> Server:
+def _endpoint(shim: Any, provider: str | None, host: str, *, hmem: bool) -> Endpoint:
+    try:
+        return Endpoint(shim, provider=provider, node=_fabric_node(host), hmem=hmem)
+    except TransportError as exc:
+        if hmem:  # the same wording as connect(..., cuda=True)
+            raise DeviceError(
+                f"serve(..., cuda=True): no provider offers a device-memory (FI_HMEM) path "
+                f"here: {exc}"
+            ) from None
+        raise
+
+
+def serve(
+    *,
+    bind: str = "127.0.0.1:0",
+    buffer_size: int,
+    provider: str | None = None,
+    cuda: bool | int = False,
+) -> Server:
     """Serve a fresh zero-filled buffer of ``buffer_size`` bytes for remote reads and writes.
 
     Args:
@@ -301,10 +341,15 @@ def serve(*, bind: str = "127.0.0.1:0", buffer_size: int, provider: str | None =
         provider: a libfabric provider (``"tcp;ofi_rxm"``, ``"sockets"``, ``"efa"``,
             ``"verbs;ofi_rxm"``); default: a NIC provider if one matches, else
             ``tcp;ofi_rxm``. ``FI_PROVIDER`` in the environment also filters.
+        cuda: serve GPU memory (GPUDirect RDMA): ``True`` or a device index allocates the
+            buffer as a ``uint8`` CUDA tensor on that device (``.buffer``), registered
+            with ``FI_HMEM`` so peers' NICs read and write VRAM directly.
 
     Raises:
         PlanError: ``buffer_size`` is not a positive integer.
         TransportError: libfabric, the shim or a matching provider is missing.
+        DeviceError: ``cuda=`` where the host has no GPU, libfabric is older than 1.9,
+            or no provider offers ``FI_HMEM`` (the same checks as ``connect(cuda=True)``).
 
     Example::
 
@@ -317,6 +362,13 @@ def serve(*, bind: str = "127.0.0.1:0", buffer_size: int, provider: str | None =
             f"buffer_size must be a positive number of bytes, got {buffer_size!r}; "
             "a zero-byte region would have nothing to read or write"
         )
+    if cuda is not False:
+        shim = shim_or_raise()
+        device = device_buffer(buffer_size, cuda, int(shim.lib.fi_version()))
+        return Server(
+            bind=bind, memory=None, size=buffer_size, writable=True, provider=provider,
+            device=device,
+        )  # fmt: skip
     memory = mmap.mmap(-1, buffer_size)
     try:
         return Server(bind=bind, memory=memory, size=buffer_size, writable=True, provider=provider)
