@@ -201,19 +201,21 @@ class GdsFile(Closing):
             self._staging = [torch.empty(size, dtype=torch.uint8, pin_memory=cuda) for _ in "ab"]
             self._ready = [torch.cuda.Event() if cuda else None for _ in "ab"]
         fd, turn, used = self._file.fileno(), 0, [False, False]
-        for start in range(0, n, size):
-            k = min(size, n - start)
-            if used[turn] and cuda:
-                self._ready[turn].synchronize()  # the device has finished reading it
-            staged = self._staging[turn][:k]
-            self._fill(fd, staged.numpy(), offset + start)
-            dest[start : start + k].copy_(staged, non_blocking=cuda)
+        # copies and events on the target's current stream, whatever device is current
+        with torch.cuda.device(dest.device) if cuda else contextlib.nullcontext():
+            for start in range(0, n, size):
+                k = min(size, n - start)
+                if used[turn] and cuda:
+                    self._ready[turn].synchronize()  # the device has finished reading it
+                staged = self._staging[turn][:k]
+                self._fill(fd, staged.numpy(), offset + start)
+                dest[start : start + k].copy_(staged, non_blocking=cuda)
+                if cuda:
+                    self._ready[turn].record()
+                used[turn] = True
+                turn ^= 1
             if cuda:
-                self._ready[turn].record()
-            used[turn] = True
-            turn ^= 1
-        if cuda:
-            torch.cuda.current_stream(dest.device).synchronize()
+                torch.cuda.current_stream().synchronize()
         return n
 
     def _fill(self, fd: int, buffer: Any, at: int) -> None:
