@@ -24,6 +24,7 @@ naming the op; nothing falls back to the native kernels.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -318,13 +319,20 @@ def _run(chain: DaliChain, feeds: dict[str, np.ndarray]) -> np.ndarray:
     except RuntimeError as exc:
         # a failed run may leave queued inputs behind: this thread builds a fresh pipeline
         _PIPELINES.built.pop(chain.key, None)
-        first = str(exc).strip().splitlines()
-        reason = next((line for line in reversed(first) if line.strip()), "unknown error")
         raise DecodeError(
-            f"DALI could not decode or transform the image ({reason.strip()}); "
+            f"DALI could not decode or transform the image ({_reason(str(exc))}); "
             "check that the file is a complete JPEG/PNG, or skip bad rows with "
             "on_failure='skip'"
         ) from exc
     if chain.device_id is not None:
         images = images.as_cpu()
     return np.asarray(images[0])
+
+
+def _reason(text: str) -> str:
+    """The operator and its error from DALI's multi-line message (tracebacks left out)."""
+    operator = re.search(r"operator `([^`]+)`", text)
+    lines = [line.strip() for line in text.partition("encountered:")[2].splitlines()]
+    detail = next((line for line in lines if line), "") or text.strip().splitlines()[-1]
+    where = f"{operator.group(1)}: " if operator else ""
+    return f"{where}{detail.rstrip(' :')}"
