@@ -14,19 +14,25 @@ source box and output size, drawing random crops and flips from the record's gen
 one and resumes the same. DALI then decodes, resamples the box (antialiased linear, as
 the native kernel) and flips, normalizes, lays out and casts.
 
+Rows run in two steps (``SlotKernel.finish``): each row's pool task reads the header
+and draws the geometry, as the native kernel would; once every row of the batch is
+prepared, the batch runs through DALI in one call. A batch DALI fails is run row by row,
+so only the rows DALI cannot process get an error (``on_failure`` then treats them
+exactly like native decode errors).
+
 Without a GPU (``device`` unset or ``"cpu"``) the pipeline is DALI's CPU backend
-(``device_id=None``). With ``run(..., device="cuda:N")`` the decoder runs as
-``device="mixed"`` (nvJPEG) and the rest on GPU ``N``; rows come back to the batch's
-host buffer. A DALI pipeline is not thread-safe, so every pool thread builds its own,
-once per chain. Ops DALI cannot express are a :class:`~dataio.exceptions.PlanError`
-naming the op; nothing falls back to the native kernels.
+(``device_id=None``, one DALI thread per pool worker). With
+``run("torch", device="cuda:N")`` the decoder runs as ``device="mixed"`` (nvJPEG) and
+the rest on GPU ``N``; rows come back to the batch's host buffer. One pipeline per chain
+is shared and runs one batch at a time. Ops DALI cannot express are a
+:class:`~dataio.exceptions.PlanError` naming the op; nothing falls back to the native
+kernels.
 """
 
 from __future__ import annotations
 
 import re
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +40,8 @@ from typing import Any
 import numpy as np
 
 from dataio.engine.lower import SlotKernel, image_spec
-from dataio.exceptions import DecodeError, DeviceError, PlanError
+from dataio.engine.pool import cpu_workers
+from dataio.exceptions import DecodeError, DeviceError, PlanError, TransformError
 from dataio.plan.pipeline import Pipeline, Slot
 from dataio.udfs.image import ImageSpec, plan_geometry
 
@@ -55,8 +62,8 @@ DTYPES = {
     "float64": "FLOAT64",
 }
 MODES = {"rgb": "RGB", "gray": "GRAY"}
-#: pipelines kept per pool thread (one per chain and device)
-PIPELINES_PER_THREAD = 4
+#: pipelines kept (one per chain and device; the oldest chain's goes first)
+PIPELINES_KEPT = 8
 
 
 def available() -> bool:
@@ -179,12 +186,13 @@ def lower_dali(plan: Pipeline, *, device: str | None = None) -> tuple[SlotKernel
             SlotKernel(
                 slot.name,
                 slot.source_field,
-                _row_kernel(chain),
+                _prepare(chain),
                 spec.static_shape(),
                 np.dtype(dtype),
                 spec.random,
                 optional=slot.optional,
                 active=slot.active,
+                finish=_finish(chain),
             )
         )
     return tuple(kernels)
@@ -193,15 +201,18 @@ def lower_dali(plan: Pipeline, *, device: str | None = None) -> tuple[SlotKernel
 # -- the DALI pipeline -------------------------------------------------------------------
 
 
-def _build(chain: DaliChain) -> Any:
-    """Build the chain's DALI pipeline (batch size 1, fed row by row)."""
+def _build(chain: DaliChain, capacity: int) -> Any:
+    """Build the chain's DALI pipeline for batches of up to ``capacity`` rows."""
     dali = require_dali()
     fn, types = dali.fn, dali.types
     spec = chain.spec
     gpu = chain.device_id is not None
 
     @dali.pipeline_def(
-        batch_size=1, num_threads=1, device_id=chain.device_id, prefetch_queue_depth=1
+        batch_size=capacity,
+        num_threads=cpu_workers(),
+        device_id=chain.device_id,
+        prefetch_queue_depth=1,
     )
     def pipe() -> Any:
         data = fn.external_source(name="data", dtype=types.UINT8, ndim=1)
@@ -249,25 +260,32 @@ def _build(chain: DaliChain) -> Any:
     return built
 
 
-class _Pipelines(threading.local):
-    """This thread's pipelines, least recently used first."""
+@dataclass
+class _Built:
+    """One built pipeline, its capacity (the most rows it takes per run) and its lock:
+    a DALI pipeline runs one batch at a time."""
 
-    def __init__(self) -> None:
-        self.built: OrderedDict[str, Any] = OrderedDict()
+    pipe: Any
+    capacity: int
+    lock: threading.Lock
 
 
-_PIPELINES = _Pipelines()
+_BUILT: dict[str, _Built] = {}
+_BUILT_LOCK = threading.Lock()
 
 
-def _pipeline(chain: DaliChain) -> Any:
-    built, key = _PIPELINES.built, chain.key
-    pipe = built.get(key)
-    if pipe is None:
-        pipe = built[key] = _build(chain)
-        while len(built) > PIPELINES_PER_THREAD:
-            built.popitem(last=False)
-    built.move_to_end(key)
-    return pipe
+def _pipeline(chain: DaliChain, rows: int) -> _Built:
+    """The chain's shared pipeline entry (capacity grown to ``rows``; built once)."""
+    with _BUILT_LOCK:
+        built = _BUILT.get(chain.key)
+        if built is None:
+            built = _BUILT[chain.key] = _Built(None, 0, threading.Lock())
+            while len(_BUILT) > PIPELINES_KEPT:
+                _BUILT.pop(next(iter(_BUILT)))  # the oldest chain's pipeline
+    with built.lock:
+        if built.pipe is None or built.capacity < rows:
+            built.pipe, built.capacity = _build(chain, max(rows, built.capacity)), max(rows, 1)
+    return built
 
 
 def _source_size(data: bytes | bytearray | memoryview) -> tuple[int, int]:
@@ -282,10 +300,11 @@ def _source_size(data: bytes | bytearray | memoryview) -> tuple[int, int]:
         return size
 
 
-def _row_kernel(chain: DaliChain) -> Callable[[Any, Any, Any], tuple[Any, tuple[int, int]]]:
+def _prepare(chain: DaliChain) -> Callable[[Any, Any, Any], tuple[Any, tuple[int, int]]]:
+    """The per-row step: read the header, draw the geometry, keep DALI's inputs."""
     spec = chain.spec
 
-    def run(data: Any, rng: Any, out: Any) -> tuple[Any, tuple[int, int]]:
+    def prepare(data: Any, rng: Any, out: Any) -> tuple[Any, tuple[int, int]]:
         width, height = _source_size(data)
         feeds: dict[str, np.ndarray] = {"data": np.frombuffer(data, np.uint8)}
         if spec.steps:
@@ -296,29 +315,60 @@ def _row_kernel(chain: DaliChain) -> Callable[[Any, Any, Any], tuple[Any, tuple[
             feeds["size"] = np.array([geo.size[1], geo.size[0]], np.float32)
             feeds["hflip"] = np.array(int(geo.hflip), np.int32)
             feeds["vflip"] = np.array(int(geo.vflip), np.int32)
-        pixels = _run(chain, feeds)  # DALI's buffer: valid until this thread's next run
-        if out is None:
-            return pixels.copy(), (height, width)
-        if out.shape != pixels.shape:
-            raise DecodeError(
-                f"DALI gave shape {pixels.shape} but the batch holds {out.shape}; "
-                "end the chain with a fixed-size op such as center_crop or resize"
-            )
-        np.copyto(out, pixels)
-        return out, (height, width)
+        return feeds, (height, width)
 
-    return run
+    return prepare
 
 
-def _run(chain: DaliChain, feeds: dict[str, np.ndarray]) -> np.ndarray:
-    pipe = _pipeline(chain)
+def _finish(chain: DaliChain) -> Callable[[list[Any], list[Any]], list[Any]]:
+    """The batch step: run the prepared rows through DALI as one batch.
+
+    When the batch fails, each row runs alone, so only the rows DALI cannot process get
+    an error (the others keep their pixels, as with the native kernels).
+    """
+
+    def finish(prepared: list[Any], outs: list[Any]) -> list[Any]:
+        built = _pipeline(chain, len(prepared))
+        with built.lock:
+            try:
+                images = _run(chain, built, prepared)
+            except DecodeError:
+                results: list[Any] = []
+                for feeds, out in zip(prepared, outs, strict=True):
+                    try:
+                        (image,) = _run(chain, built, [feeds])
+                    except DecodeError as exc:
+                        results.append(exc)
+                        continue
+                    results.append(_store(image, out))
+                return results
+            return [_store(image, out) for image, out in zip(images, outs, strict=True)]
+
+    return finish
+
+
+def _store(image: np.ndarray, out: np.ndarray | None) -> Any:
+    """Copy one row out of DALI's buffer (reused by its next run) into ``out``."""
+    if out is None:
+        return image.copy()
+    if out.shape != image.shape:
+        return TransformError(
+            f"DALI gave shape {image.shape} but the batch holds {out.shape}; "
+            "end the chain with a fixed-size op such as center_crop or resize"
+        )
+    np.copyto(out, image)
+    return out
+
+
+def _run(chain: DaliChain, built: _Built, prepared: list[dict[str, np.ndarray]]) -> list[Any]:
+    """One DALI run over ``prepared`` rows (the caller holds ``built.lock``)."""
     try:
-        for name, value in feeds.items():
-            pipe.feed_input(name, [value])
-        (images,) = pipe.run()
+        for name in prepared[0]:
+            built.pipe.feed_input(name, [feeds[name] for feeds in prepared])
+        (images,) = built.pipe.run()
     except RuntimeError as exc:
-        # a failed run may leave queued inputs behind: this thread builds a fresh pipeline
-        _PIPELINES.built.pop(chain.key, None)
+        # DALI marks a pipeline that failed as no longer valid: build a fresh one
+        built.pipe = _build(chain, built.capacity)
         raise DecodeError(
             f"DALI could not decode or transform the image ({_reason(str(exc))}); "
             "check that the file is a complete JPEG/PNG, or skip bad rows with "
@@ -326,7 +376,7 @@ def _run(chain: DaliChain, feeds: dict[str, np.ndarray]) -> np.ndarray:
         ) from exc
     if chain.device_id is not None:
         images = images.as_cpu()
-    return np.asarray(images[0])
+    return [np.asarray(images[i]) for i in range(len(prepared))]
 
 
 def _reason(text: str) -> str:
