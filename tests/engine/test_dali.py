@@ -204,6 +204,23 @@ def test_resume_and_shards_as_native(records: list[dict[str, Any]]) -> None:
         )
 
 
+def test_optional_rows_and_completion_order(records: list[dict[str, Any]]) -> None:
+    """Rows without an image are inactive (never prepared nor sent to DALI)."""
+    rows = [dict(r, image=None) if i % 3 == 0 else dict(r) for i, r in enumerate(records)]
+    image = dataio.slot("image", optional=True).decode_image().resize(h=32, w=40)
+    pipe = dataio.pipeline(image, dataio.slot("label").passthrough(), dataio.batch(3))
+    native = collect(pipe, rows)
+    dali = collect(pipe, rows, backend="dali", order="completion")
+    by_index = {tuple(b.indices): b for b in dali}
+    assert sorted(by_index) == sorted(tuple(b.indices) for b in native)
+    for want in native:
+        got = by_index[tuple(want.indices)]
+        for a, b in zip(got["image"], want["image"], strict=True):
+            assert (a is None) == (b is None)
+            if b is not None:
+                assert psnr(a, b) >= 40.0
+
+
 def truncated_in_scan(data: bytes) -> bytes:
     """A JPEG whose header is whole but whose entropy-coded scan stops a third of the way."""
     scan = data.index(b"\xff\xda")
