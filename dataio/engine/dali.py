@@ -31,6 +31,7 @@ kernels.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from collections.abc import Callable
@@ -272,6 +273,17 @@ class _Built:
 
 _BUILT: dict[str, _Built] = {}
 _BUILT_LOCK = threading.Lock()
+
+
+def _forget_after_fork() -> None:
+    """A forked child (a DataLoader worker) has none of the parent's DALI threads: its
+    pipelines, and locks another thread may have held, must not be reused."""
+    global _BUILT_LOCK
+    _BUILT.clear()
+    _BUILT_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def _pipeline(chain: DaliChain, rows: int) -> _Built:
