@@ -16,7 +16,7 @@ from dataio.engine.batch_ops import apply_batch_ops, padded_slots
 from dataio.engine.buffers import BufferPool
 from dataio.engine.executor import Executor
 from dataio.engine.export import check_device, to_arrow, to_torch
-from dataio.engine.lower import lower
+from dataio.engine.lower import SlotKernel, lower
 from dataio.engine.state import LoaderState, validate_state
 from dataio.engine.stream import ShardSpec, plan_chunks
 from dataio.exceptions import BatchFailedError, DataioError, PlanError
@@ -60,6 +60,17 @@ def _check_options(
             raise PlanError(f"{name} must be a non-negative integer, got {value!r}")
 
 
+def _lower(plan: Pipeline, backend: str, device: str | None) -> tuple[SlotKernel, ...]:
+    """The slot kernels of ``backend``; DALI is imported only when asked for."""
+    if backend == "native":
+        return lower(plan)
+    if backend == "dali":
+        from dataio.engine.dali import lower_dali
+
+        return lower_dali(plan, device=device)
+    raise PlanError(f"backend must be 'native' or 'dali', got {backend!r}")
+
+
 class Loader:
     """Iterates the batches of a bound pipeline; built by ``BoundPipeline.run()``.
 
@@ -90,6 +101,7 @@ class Loader:
         max_prefetch_bytes: int | None,
         device: str | None,
         progress: bool | str | None = None,
+        backend: str = "native",
     ) -> None:
         if device is not None and output == "torch":
             check_device(device)  # an absent device fails run() itself, before anything
@@ -103,7 +115,7 @@ class Loader:
         self._progress = progress_bars.resolve(progress)  # type: ignore[arg-type]
         self.shard = ShardSpec.parse(shard)
         self._policy = FailurePolicy(on_failure, log_errors)
-        self._kernels = lower(plan)
+        self._kernels = _lower(plan, backend, device)
         self._pixels = pixel_formats(plan)  # batches carry it for dataio.show
         self._unstacked = padded_slots(plan.batch_ops)
         self._plain = output == "numpy" and not plan.batch_ops and not plan.batch_maps

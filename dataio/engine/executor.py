@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import copy
 import os
 import threading
 from collections import deque
@@ -97,6 +98,7 @@ class BatchJob:
         "inactive",
         "kernels",
         "keys",
+        "pending",
         "positions",
         "readers",
         "records",
@@ -134,6 +136,8 @@ class BatchJob:
         self.columns: dict[str, Any] = {}
         self.readers: dict[str, Callable[[int], Any]] = {}
         self.sizes: dict[str, list[tuple[int, ...] | None]] = {}
+        #: per batch-step slot (``SlotKernel.finish``): each row's prepared input
+        self.pending: dict[str, list[Any]] = {}
         #: a list of row keys, or a callable / Arrow array giving them (read lazily)
         self.keys: Any = None
         self.errors: dict[int, DataioError] = {}
@@ -155,6 +159,7 @@ class BatchJob:
         job.end, job.size, job.remaining, job.done = end, len(positions), 0, True
         job.arrow, job.final, job.keys, job.columns = True, False, None, {}
         job.buffers = job.values = job.readers = job.sizes = job.errors = job.inactive = _NONE
+        job.pending = _NONE
         job.fatal = []
         job.row_values = frozenset()
         return job
@@ -179,6 +184,8 @@ class BatchJob:
             else:
                 self.values[kernel.name] = [None] * n
             self.sizes[kernel.name] = [None] * n
+            if kernel.finish is not None:
+                self.pending[kernel.name] = [None] * n
 
     def key_at(self, row: int) -> Any:
         """The key of one row (for error messages)."""
@@ -489,9 +496,17 @@ class Executor:
             else:
                 with self._cond:
                     job.remaining -= len(rows)
-                    if job.remaining == 0:
+                    last = job.remaining == 0
+                    if last and not job.pending:
                         job.done = True
                         self._cond.notify_all()
+                if last and job.pending:  # the batch steps run once every row is prepared
+                    try:
+                        _finish(job)
+                    finally:
+                        with self._cond:
+                            job.done = True
+                            self._cond.notify_all()
 
     def _columns_at_once(self, job: BatchJob) -> bool:
         """Passthrough-only batches of plain dicts: one list per column, no per-row calls.
@@ -588,10 +603,14 @@ class Executor:
         assert kernel.run is not None
         rng = record_rng(self._seed, self._epoch, index, number) if kernel.random else None
         buffer = job.buffers.get(kernel.name)
+        if kernel.finish is not None:  # prepare the row; the batch step computes it
+            buffer = None
         out, source_size = kernel.run(
             _field_bytes(value, kernel), rng, None if buffer is None else buffer[row]
         )
-        if buffer is None:
+        if kernel.finish is not None:
+            job.pending[kernel.name][row] = out
+        elif buffer is None:
             job.values[kernel.name][row] = out
         job.sizes[kernel.name][row] = source_size
 
@@ -616,6 +635,32 @@ class Executor:
                 error = _undocumented(exc)
                 job.errors[row] = error.with_row(index=index, key=job.key_at(row), slot=kernel.name)
                 return
+
+
+def _finish(job: BatchJob) -> None:
+    """Run the batch steps of ``job`` over its prepared rows (rows that failed earlier or
+    are inactive were not prepared); a row the step fails gets that row's error."""
+    for kernel in job.kernels:
+        prepared = job.pending.get(kernel.name)
+        if prepared is None or kernel.finish is None:
+            continue
+        rows = [r for r, value in enumerate(prepared) if value is not None and r not in job.errors]
+        if not rows:
+            continue
+        buffer = job.buffers.get(kernel.name)
+        outs = [None if buffer is None else buffer[r] for r in rows]
+        try:
+            results = kernel.finish([prepared[r] for r in rows], outs)
+        except Exception as exc:  # the step failed as a whole: every row carries it
+            error = exc if isinstance(exc, DataioError) else _undocumented(exc)
+            results = [copy.copy(error) for _ in rows]  # each row gets its own position
+        for row, result in zip(rows, results, strict=True):
+            prepared[row] = None  # the input (encoded bytes) is no longer needed
+            if isinstance(result, DataioError):
+                index, key = job.positions[row], job.key_at(row)
+                job.errors[row] = result.with_row(index=index, key=key, slot=kernel.name)
+            elif buffer is None:
+                job.values[kernel.name][row] = result
 
 
 def _rows_per_task(size: int, concurrency: int) -> int:

@@ -502,6 +502,7 @@ def pipeline(*stages: Stage) -> Pipeline:
 
 Output = Literal["numpy", "torch", "arrow"]
 Order = Literal["submit", "completion"]
+Backend = Literal["native", "dali"]
 
 
 @dataclass(frozen=True, repr=False)
@@ -528,6 +529,7 @@ class BoundPipeline:
         max_prefetch_bytes: int | None = None,
         device: str | None = None,
         progress: bool | Literal["auto"] | None = None,
+        backend: Backend = "native",
     ) -> Loader:
         """Start loading; returns a context-managed, iterable :class:`~dataio.loader.Loader`.
 
@@ -558,9 +560,14 @@ class BoundPipeline:
             progress: ``True`` shows a tqdm bar per pass (batches, samples/s, skipped
                 rows); ``None``/``"auto"`` only where stderr is a terminal or in a
                 notebook, never into logs; ``False`` never (see :mod:`dataio.progress`).
+            backend: ``"native"`` runs slot chains on dataio's kernels; ``"dali"`` lowers
+                image chains to an NVIDIA DALI pipeline (its CPU backend, or nvJPEG and
+                the GPU when ``device`` is ``"cuda:N"``); everything else is unchanged.
 
         Raises:
-            DeviceError: ``device`` is not a torch device or is absent on this host.
+            DeviceError: ``device`` is not a torch device or is absent on this host, or
+                ``backend="dali"`` without DALI installed.
+            PlanError: ``backend="dali"`` and a slot uses an op DALI cannot express.
 
         Example:
             >>> with pipe.bind(records).run("numpy") as loader:  # doctest: +SKIP
@@ -583,4 +590,5 @@ class BoundPipeline:
             max_prefetch_bytes=max_prefetch_bytes,
             device=device,
             progress=progress,
+            backend=backend,
         )
