@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from dataio.exceptions import PlanError
+from dataio.exceptions import DeviceError, PlanError
 
 __all__ = ["TensorView", "tensor_view"]
 
@@ -33,7 +33,7 @@ _GPUS = (CUDA, ROCM)
 
 #: DLPack type codes (``DLDataTypeCode``) for dtypes NumPy cannot export: ``ml_dtypes``
 #: names -> (code, bits); float8 codes are DLPack 1.1's
-_EXTRA_CODES = {
+EXTRA_CODES = {
     "bfloat16": (4, 16),
     "float8_e3m4": (7, 8),
     "float8_e4m3": (8, 8),
@@ -69,7 +69,7 @@ class TensorView:
         dtype = getattr(array, "dtype", None)
         self.dtype = str(dtype).replace("torch.", "") if dtype is not None else "?"
         self.shape = tuple(int(n) for n in getattr(array, "shape", ()))
-        self._extra = _EXTRA_CODES.get(self.dtype) if isinstance(array, np.ndarray) else None
+        self._extra = EXTRA_CODES.get(self.dtype) if isinstance(array, np.ndarray) else None
 
     def __dlpack_device__(self) -> tuple[int, int]:
         """``(device type, device id)``, as DLPack numbers them (``(1, 0)`` is the CPU)."""
@@ -92,6 +92,7 @@ class TensorView:
         Raises:
             BufferError: the protocol's error: a stream on the CPU, stream ``0``, or a
                 consumer that cannot take read-only memory.
+            DeviceError: GPU streams to order, but neither torch nor CuPy imports.
         """
         device = self.__dlpack_device__()
         consumer = _consumer_stream(stream, device[0])
@@ -242,13 +243,35 @@ def _consumer_stream(stream: int | None, device_type: int) -> int | None:
 
 
 def wait_stream(producer: int, consumer: int, device: tuple[int, int]) -> None:
-    """Make ``consumer`` wait for the work queued so far on ``producer`` (CUDA handles)."""
-    import torch
+    """Make ``consumer`` wait for the work queued so far on ``producer`` (CUDA handles).
 
+    An event recorded on the producer's stream, waited on by the consumer's: the host
+    never blocks. Through torch, else CuPy, whichever the process has.
+    """
+    try:
+        import torch
+    except ImportError:
+        _wait_cupy(producer, consumer, device)
+        return
     with torch.cuda.device(device[1]):
         event = torch.cuda.Event()
         event.record(torch.cuda.ExternalStream(producer))
         torch.cuda.ExternalStream(consumer).wait_event(event)
+
+
+def _wait_cupy(producer: int, consumer: int, device: tuple[int, int]) -> None:
+    try:
+        import cupy
+    except ImportError:
+        raise DeviceError(
+            f"ordering CUDA stream {consumer} after stream {producer} needs torch or cupy, "
+            "and neither imports here; install one, or pass stream=-1 and synchronize "
+            "yourself"
+        ) from None
+    with cupy.cuda.Device(device[1]):
+        event = cupy.cuda.Event()
+        event.record(cupy.cuda.ExternalStream(producer))
+        cupy.cuda.ExternalStream(consumer).wait_event(event)
 
 
 _get_pointer = ctypes.pythonapi.PyCapsule_GetPointer

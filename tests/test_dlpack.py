@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import mmap
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,8 @@ import pytest
 import dataio
 import dataio.dlpack
 from dataio import col
-from dataio.engine.export import to_torch
-from dataio.exceptions import PlanError
+from dataio.engine.export import to_arrow, to_torch
+from dataio.exceptions import DeviceError, PlanError
 
 torch = pytest.importorskip("torch")
 
@@ -63,7 +64,8 @@ def test_run_torch_goes_through_from_dlpack_without_a_copy(
 
     def spy(producer: Any) -> Any:
         tensor = from_dlpack(producer)
-        handed.append((producer.data_ptr, tensor.data_ptr()))
+        address = producer.ctypes.data if isinstance(producer, np.ndarray) else producer.data_ptr
+        handed.append((address, tensor.data_ptr()))
         return tensor
 
     monkeypatch.setattr(torch, "from_dlpack", spy)
@@ -95,6 +97,14 @@ def test_to_torch_takes_any_dlpack_producer(tiny_images: list[bytes]) -> None:
     tensors = to_torch(batch.with_columns({"image": dataio.tensor_view(image)}))
     assert tensors["image"].data_ptr() == image.ctypes.data
     np.testing.assert_array_equal(tensors["image"].numpy(), image)
+
+
+def test_run_arrow_takes_a_dlpack_column(tiny_images: list[bytes]) -> None:
+    (batch, _) = list(image_pipe().bind(image_records(tiny_images)).run())
+    image = batch["image"]
+    exported = to_arrow(batch.with_columns({"image": dataio.tensor_view(image)}))
+    column = exported.column("image")
+    np.testing.assert_array_equal(column.to_numpy_ndarray(), image)
 
 
 @pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn])
@@ -340,6 +350,15 @@ def test_cuda_views_order_the_consumer_stream_after_the_producer(
         view.__dlpack__(stream=0)
     with pytest.raises(BufferError, match="memory on the CPU"):
         dataio.tensor_view(np.zeros(2)).__dlpack__(stream=1)
+
+
+def test_ordering_streams_without_torch_or_cupy_is_a_device_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # import raises ImportError
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    with pytest.raises(DeviceError, match=r"needs torch or cupy.*stream=-1"):
+        dataio.dlpack.wait_stream(7, 9, (2, 0))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (make gpu-check)")

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from dataio.batch import Batch
-from dataio.dlpack import TensorView
+from dataio.dlpack import EXTRA_CODES, TensorView
 from dataio.exceptions import DataioError, DeviceError
 
 __all__ = ["PinnedRing", "as_tensor", "check_device", "to_arrow", "to_torch"]
@@ -203,8 +203,11 @@ def as_tensor(column: Any) -> Any:
     if isinstance(column, np.ndarray):
         if not column.flags.writeable:  # see to_torch: never a writable view of Arrow memory
             column = column.copy()
-        try:  # TensorView exports ml_dtypes (bfloat16, float8) with DLPack's type codes
-            return torch.from_dlpack(TensorView(column))
+        # TensorView exports ml_dtypes (bfloat16, float8), which NumPy cannot, with
+        # DLPack's own type codes
+        producer = TensorView(column) if column.dtype.name in EXTRA_CODES else column
+        try:
+            return torch.from_dlpack(producer)
         except (BufferError, RuntimeError, TypeError):  # a dtype DLPack has no code for
             return torch.from_numpy(column)  # torch's own error for the truly unsupported
     if _is_arrow(column):  # Arrow columns export DLPack too, but stay Arrow (see Batch)
@@ -252,7 +255,9 @@ def to_arrow(batch: Batch) -> Any:
             arrays.append(column)  # a passthrough column of Arrow rows, as it came
             names.append(name)
             continue
-        if hasattr(column, "__dlpack__") and not isinstance(column, np.ndarray):
+        if isinstance(column, TensorView):
+            column = np.asarray(column)  # its NumPy array (bfloat16 included)
+        elif hasattr(column, "__dlpack__") and not isinstance(column, np.ndarray):
             column = np.from_dlpack(column)  # a CPU torch tensor: same memory
         if isinstance(column, np.ndarray) and column.ndim == 1:
             arrays.append(pa.array(column))  # one number per row: a plain column
