@@ -310,6 +310,24 @@ def test_read_safetensors_dlpack_one_key_and_cuda_refused(tmp_path: Path) -> Non
         dataio.read_safetensors(path, framework="dlpack", device="cuda:0")
 
 
+def test_read_safetensors_dlpack_over_http() -> None:
+    """Remote tensors are in memory, exported read-only: torch still shares them."""
+    from helpers.object_servers import RangeServer
+    from safetensors.numpy import save
+
+    values = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.ones(4, np.int64)}
+    server = RangeServer()
+    try:
+        server.objects["/objects/m.safetensors"] = save(values)
+        views = dataio.read_safetensors(server.url + "/objects/m.safetensors", framework="dlpack")
+    finally:
+        server.kill()
+    for name, expected in values.items():
+        tensor = torch.from_dlpack(views[name])
+        assert tensor.data_ptr() == views[name].data_ptr
+        np.testing.assert_array_equal(tensor.numpy(), expected)
+
+
 # -- streams ----------------------------------------------------------------------------
 
 
