@@ -107,6 +107,17 @@ def test_run_arrow_takes_a_dlpack_column(tiny_images: list[bytes]) -> None:
     np.testing.assert_array_equal(column.to_numpy_ndarray(), image)
 
 
+def test_to_torch_shares_dali_cpu_outputs() -> None:
+    """What the DALI backend hands over (a ``TensorCPU``) reaches torch by DLPack."""
+    from nvidia.dali.backend import TensorListCPU
+
+    values = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)
+    dali = TensorListCPU(values).as_tensor()
+    tensor = to_torch(dataio.Batch({"x": dali}, keys=None, indices=[0, 1]))["x"]
+    assert tensor.data_ptr() == dali.data_ptr()
+    np.testing.assert_array_equal(tensor.numpy(), values)
+
+
 @pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn])
 def test_to_torch_exports_ml_dtypes_with_dlpack_type_codes(dtype: Any) -> None:
     values = np.array([[1.5, -2.0], [0.25, 3.0]], np.float32)
@@ -389,6 +400,25 @@ def test_cuda_side_stream_work_is_visible_to_the_consumer() -> None:
     tensor = torch.from_dlpack(view)  # torch passes its current stream
     assert tensor.data_ptr() == produced.data_ptr()
     assert tensor.sum().item() == 1 << 20
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (make gpu-check)")
+def test_to_torch_shares_dali_gpu_outputs_on_their_stream() -> None:
+    from nvidia.dali import fn, pipeline_def
+
+    values = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)
+
+    @pipeline_def(batch_size=2, num_threads=1, device_id=0)
+    def upload() -> Any:
+        return fn.external_source(source=lambda: list(values), batch=True).gpu() * 2
+
+    dali_pipe = upload()
+    dali_pipe.build()
+    (out,) = dali_pipe.run()
+    dali = out.as_tensor()
+    tensor = to_torch(dataio.Batch({"x": dali}, keys=None, indices=[0, 1]), device="cuda")["x"]
+    assert tensor.is_cuda and tensor.data_ptr() == dali.data_ptr()
+    np.testing.assert_array_equal(tensor.cpu().numpy(), values * 2)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (make gpu-check)")
