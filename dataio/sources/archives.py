@@ -13,10 +13,12 @@ run of the samples, shards whole where the run covers them, so each rank reads a
 
 from __future__ import annotations
 
+import functools
 import itertools
 import lzma
 import os
 import re
+import string
 import tarfile
 import threading
 import zipfile
@@ -40,6 +42,7 @@ __all__ = ["archive", "expand_braces", "webdataset"]
 
 _INT_RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)(?:\.\.-?(\d+))?$")
 _CHAR_RANGE = re.compile(r"^([A-Za-z])\.\.([A-Za-z])(?:\.\.-?(\d+))?$")
+_LETTERS = string.ascii_uppercase + string.ascii_lowercase
 
 
 def expand_braces(pattern: str) -> list[str]:
@@ -55,7 +58,7 @@ def expand_braces(pattern: str) -> list[str]:
         PlanError: the braces are unbalanced.
 
     Example:
-        >>> dataio.expand_braces("s-{train,val}-{00..01}.tar")  # doctest: +SKIP
+        >>> expand_braces("s-{train,val}-{00..01}.tar")
         ['s-train-00.tar', 's-train-01.tar', 's-val-00.tar', 's-val-01.tar']
     """
     return [re.sub(r"\\(.)", r"\1", s) for s in _pattern(pattern, pattern)]
@@ -74,7 +77,7 @@ def _pattern(text: str, whole: str) -> list[str]:
                 items.append([text[start:pos]])
                 start = pos
             depth += 1
-        elif char == "}" and depth:
+        elif char == "}":
             depth -= 1
             if depth == 0:
                 inner = text[start + 1 : pos]
@@ -100,9 +103,13 @@ def _alternatives(inner: str, whole: str) -> list[str] | None:
     match = _CHAR_RANGE.match(inner)
     if match:
         low, high, step = match.groups()
-        return [chr(n) for n in _steps(ord(low), ord(high), step)]
+        by = int(step or 1) or 1
+        first, last = _LETTERS.index(low), _LETTERS.index(high)
+        if first < last:
+            return list(_LETTERS[first : last + 1 : by])
+        return list(_LETTERS[first : (last or -len(_LETTERS)) - 1 : -by])  # as braceexpand
     alternatives: list[str] = []
-    start = pos = depth = 0
+    commas = start = pos = depth = 0
     while pos < len(inner):
         char = inner[pos]
         if char == "\\":
@@ -115,22 +122,24 @@ def _alternatives(inner: str, whole: str) -> list[str] | None:
         elif char == "," and depth == 0:
             alternatives += _pattern(inner[start:pos], whole)
             start = pos + 1
+            commas += 1
         pos += 1
-    if not alternatives and start == 0:
+    if depth or not commas:
         return None
     return alternatives + _pattern(inner[start:], whole)
 
 
 def _steps(low: int, high: int, step: str | None) -> range:
-    by = int(step) if step else 1
-    by = by or 1
-    return range(low, high + 1, by) if low <= high else range(low, high - 1, -by)
+    by = int(step or 1) or 1
+    return range(low, high + 1, by) if low < high else range(low, high - 1, -by)
 
 
 # -- archives by URI -----------------------------------------------------------------------
 
-#: bytes a remote header walk reads per request: a pax block, its data and the header
-_AHEAD = 2048
+#: bytes a remote header walk reads per request: one header block. A larger window saves
+#: requests over small members but fetches member bytes a rank may not read: 2 KiB
+#: windows cost ~10% of the dataset per rank on 20 KB samples, single blocks ~5%.
+_AHEAD = 512
 
 
 class _Archive:
@@ -204,8 +213,7 @@ def _file_span(file: Any, start: int, stop: int, uri: str) -> Iterator[bytes]:
         file.seek(start)
         left = stop - start
         while left > 0:
-            want = min(left, 1 << 20)
-            chunk = call(lambda want=want: file.read(want), uri, "archive")
+            chunk: bytes = call(functools.partial(file.read, min(left, 1 << 20)), uri, "archive")
             if not chunk:
                 return
             left -= len(chunk)
