@@ -262,7 +262,7 @@ def _pax_records(data: bytes, name: str, offset: int) -> dict[str, str]:
             length = 0
         record = data[pos : pos + length]
         key, eq, value = record[space - pos + 1 : -1].partition(b"=")
-        if length <= space - pos or not eq or record[-1:] != b"\n":
+        if length <= space - pos or pos + length > len(data) or not eq or record[-1:] != b"\n":
             raise FormatError(
                 f"tar {name!r}: the pax header at offset {offset} has a malformed record "
                 f"at byte {pos}; the archive is corrupt, re-create or re-download it"

@@ -501,7 +501,9 @@ class ArchiveSource(Source):
         with self._lock:
             missing = [p for p in dict.fromkeys(self.paths) if p not in self._indexes]
             if missing:
-                workers = min(8, len(missing))
+                # remote walks wait on one small request per member: more at once
+                remote = any(parse(p).scheme != "file" for p in missing)
+                workers = min(32 if remote else 4, len(missing))
                 with ThreadPoolExecutor(workers) as pool:
                     for path, index in zip(missing, pool.map(_index, missing), strict=True):
                         self._indexes[path] = index

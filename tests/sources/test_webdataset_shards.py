@@ -424,3 +424,54 @@ def test_remote_shards_stream_in_pieces(http_server: Any) -> None:
     assert n == 40
     gets = [h for m, _, h in http_server.requests[since:] if m == "GET"]
     assert gets and all("Range" in h or "range" in h for h in gets)
+
+
+def pax_block(body: bytes) -> bytes:
+    info = tarfile.TarInfo("././@PaxHeader")
+    info.size, info.type = len(body), tarfile.XHDTYPE
+    head = info.tobuf(format=tarfile.USTAR_FORMAT)[:512]
+    return head + body + b"\0" * (-len(body) % 512)
+
+
+def plain_member(name: str, data: bytes) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    return info.tobuf(format=tarfile.USTAR_FORMAT) + data + b"\0" * (-len(data) % 512)
+
+
+PAX_CASES = {
+    # a record whose length runs past its block; one without '='; a non-number length
+    "pax-record-overruns": pax_block(b"99 path=x.txt\n") + plain_member("a.txt", b"a"),
+    "pax-record-no-equals": pax_block(b"12 pathx.txt\n") + plain_member("a.txt", b"a"),
+    "pax-record-bad-length": pax_block(b"zz path=x.txt\n") + plain_member("a.txt", b"a"),
+    "pax-size-not-a-number": pax_block(b"13 size=12ab\n") + plain_member("a.txt", b"a"),
+    # a pax sparse member claiming 1 TiB of holes over 1 stored byte
+    "pax-sparse-realsize": pax_block(b"37 GNU.sparse.realsize=1099511627776\n")
+    + plain_member("s.bin", b"x"),
+    "cut-inside-padding": plain_member("a.txt", b"a" * 700)[:1000],
+}
+
+
+@pytest.mark.parametrize("name", sorted(PAX_CASES))
+def test_malformed_pax_and_padding_are_dataio_errors(tmp_path: Path, name: str) -> None:
+    path = tmp_path / f"{name}.tar"
+    path.write_bytes(PAX_CASES[name] + (b"\0" * 1024 if "cut" not in name else b""))
+    with (
+        dataio.limits.scoped(max_member_bytes=1 << 62),
+        pytest.raises(LimitError if "sparse" in name else FormatError) as info,
+    ):
+        list(dataio.webdataset(str(path)))
+    assert str(path) in str(info.value)
+
+
+def test_remote_shards_read_from_the_byte_cache(
+    http_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DATAIO_CACHE_DIR", str(tmp_path / "cache"))
+    data = shard_bytes(0, 6)
+    http_server.objects["/objects/c.tar"] = data
+    uri = http_server.url + "/objects/c.tar"
+    assert dataio.read(uri) == data  # a whole read fills the cache
+    since = len(http_server.requests)
+    assert [int(s["cls"]) for s in dataio.webdataset(uri)] == list(range(6))
+    assert [m for m, _, _ in http_server.requests[since:] if m == "GET"] == []
