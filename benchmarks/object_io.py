@@ -57,6 +57,7 @@ from _common import (
 
 import dataio
 from dataio.engine.pool import cpu_workers
+from dataio.sources import archives
 from dataio.sources.archives import expand_braces
 from dataio.testing import make_jpegs
 
@@ -447,6 +448,7 @@ def run_wds_remote(rounds: int, samples: int, world: int = 2) -> None:
             seconds_fresh: list[float] = []
             with GetCounter() as counter:
                 for source in sources:
+                    archives._KNOWN.clear()  # each rank's first epoch: as a new process
                     started = time.perf_counter()
                     delivered = sum(len(b["cls"]) for b in pipe.bind(source).run(shard=shard))
                     seconds_fresh.append(time.perf_counter() - started)

@@ -159,10 +159,21 @@ class _Archive:
                 )
                 os.close(fd)
             else:
-                from dataio.io.verbs import head
-
-                self._size = int(head(self.uri)["size"])
+                self.version()
+        assert self._size is not None
         return self._size
+
+    def version(self) -> str:
+        """What identifies this version of the object: size and ETag (remote), size and
+        modification time (local)."""
+        if self.local:
+            stat = call(lambda: os.stat(self.loc.path), self.uri, "archive")
+            return f"{stat.st_size}:{stat.st_mtime_ns}"
+        from dataio.io.verbs import head
+
+        meta = head(self.uri)
+        self._size = int(meta["size"])
+        return f"{meta['size']}:{meta['etag']}"
 
     def open_local(self) -> tuple[Any, int]:
         """The archive file (regular files only: a FIFO would block) and its size."""
@@ -420,9 +431,83 @@ class _Index:
         return max(len(self.starts) - 1, 0) + (1 if self.error is not None else 0)
 
 
+#: indexes of this process, by URI and version (bounded: cleared when full)
+_KNOWN: dict[tuple[str, str], _Index] = {}
+_KNOWN_MAX = 1 << 14
+_KNOWN_LOCK = threading.Lock()
+
+
 def _index(uri: str) -> _Index:
-    """Walk a plain tar's headers (skipping the members' bytes) and note sample starts."""
+    """A plain tar's sample index: known to this process, saved in the cache directory
+    (``DATAIO_CACHE_DIR``, remote objects), or walked and then remembered."""
     source = _Archive(uri)
+    try:
+        version = source.version()
+    except DataioError as exc:
+        return _Index([], exc)
+    key = (uri, version)
+    with _KNOWN_LOCK:
+        known = _KNOWN.get(key)
+    if known is not None:
+        return known
+    saved = _index_file(source, version)
+    index = _load_index(saved) if saved is not None else None
+    if index is None:
+        index = _walk_index(source)
+        if saved is not None and index.error is None:
+            _save_index(saved, index)
+    if index.error is None:
+        with _KNOWN_LOCK:
+            if len(_KNOWN) >= _KNOWN_MAX:
+                _KNOWN.clear()
+            _KNOWN[key] = index
+    return index
+
+
+def _index_file(source: _Archive, version: str) -> Any:
+    """Where a remote tar's index is saved: next to its cache entry (same partition)."""
+    import hashlib
+
+    from dataio.io import cache
+
+    entry = cache.entry_path(source.loc)
+    if entry is None:
+        return None
+    tag = hashlib.sha256(version.encode()).hexdigest()[:16]
+    return entry.with_name(f"{entry.name}.tar-index-{tag}.json")
+
+
+def _load_index(path: Any) -> _Index | None:
+    import json
+
+    try:
+        starts = json.loads(path.read_text())["starts"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(starts, list) or not all(type(v) is int for v in starts):
+        return None
+    if any(b < a for a, b in itertools.pairwise(starts)):
+        return None  # damaged: walk again
+    return _Index(starts, None)
+
+
+def _save_index(path: Any, index: _Index) -> None:
+    import json
+    import tempfile
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".partial-")
+        with open(fd, "w") as f:
+            json.dump({"starts": index.starts}, f)
+        os.replace(temp, path)
+    except OSError:
+        pass  # the index is an optimisation: the next pass walks again
+
+
+def _walk_index(source: _Archive) -> _Index:
+    """Walk a plain tar's headers (skipping the members' bytes) and note sample starts."""
+    uri = source.uri
     starts: list[int] = []
     try:
         read_at, close = source.reader_at()
