@@ -431,6 +431,7 @@ class _Index:
         return max(len(self.starts) - 1, 0) + (1 if self.error is not None else 0)
 
 
+_INDEXING = threading.Lock()
 #: indexes of this process, by URI and version (bounded: cleared when full)
 _KNOWN: dict[tuple[str, str], _Index] = {}
 _KNOWN_MAX = 1 << 14
@@ -561,7 +562,6 @@ class ArchiveSource(Source):
         self.paths = paths
         self._description = description
         self._indexes: dict[str, _Index] = {}
-        self._lock = threading.Lock()
 
     def iterate(self) -> Iterator[Any]:
         """Read the archives one after the other, grouping members into samples."""
@@ -583,7 +583,7 @@ class ArchiveSource(Source):
 
     def _sample_index(self) -> list[_Index]:
         """Each shard's sample index (header walks, several shards at a time)."""
-        with self._lock:
+        with _INDEXING:  # module-level: a source stays picklable
             missing = [p for p in dict.fromkeys(self.paths) if p not in self._indexes]
             if missing:
                 # remote walks wait on one small request per member: more at once
