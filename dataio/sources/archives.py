@@ -216,7 +216,18 @@ class _Archive:
         if cached is not None:
             yield from _file_span(cached, start, stop, self.uri)
             return
-        yield from _remote_span(self, start, stop)
+        writer = _cache_writer(self.loc) if start == 0 and stop == self.size() else None
+        if writer is None:
+            yield from _remote_span(self, start, stop)
+            return
+        try:  # a whole object read: saved to the cache as it streams by
+            for piece in _remote_span(self, start, stop):
+                writer.write(piece)
+                yield piece
+        except BaseException:
+            writer.abort()
+            raise
+        writer.commit()
 
 
 def _file_span(file: Any, start: int, stop: int, uri: str) -> Iterator[bytes]:
@@ -240,6 +251,19 @@ def _cached(loc: Any) -> Any:
         return None
     opened = cache._open_entry(path)  # a span is checked by the tar reader, not the CRC
     return None if opened is None else opened[0]
+
+
+def _cache_writer(loc: Any) -> Any:
+    """A writer for ``loc``'s cache entry, or ``None`` (no cache, or it cannot be written)."""
+    from dataio.io import cache
+
+    path = cache.entry_path(loc)
+    if path is None:
+        return None
+    try:
+        return cache.EntryWriter(path)
+    except OSError:
+        return None
 
 
 def _remote_span(archive: _Archive, start: int, stop: int) -> Iterator[bytes]:
@@ -309,10 +333,13 @@ def _tar_members(
     else:
         total = source.size()
     end = total if stop is None else stop
-    blocks = Blocks(_reader(source.span(start, end)), start)
+    pieces = source.span(start, end)
+    blocks = Blocks(_reader(pieces), start)
     for name, _, data in walk(blocks, source.uri, total):
         assert data is not None
         yield name, data
+    for _ in pieces:  # the end-of-archive padding: a whole read completes (and is cached)
+        pass
 
 
 def _reader(pieces: Iterator[bytes]) -> Callable[[int], bytes]:
