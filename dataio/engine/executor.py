@@ -25,6 +25,7 @@ import os
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from time import perf_counter_ns
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,7 @@ from dataio.engine.buffers import BufferPool
 from dataio.engine.columns import arrow_column, value_reader
 from dataio.engine.lower import SlotKernel
 from dataio.engine.pool import cpu_pool, cpu_workers
+from dataio.engine.stats import PassStats
 from dataio.engine.stream import Chunk
 from dataio.exceptions import DataioError, DecodeError, FieldError
 from dataio.io import read_bytes
@@ -81,7 +83,8 @@ class BatchJob:
     ``end`` is the rank-local sample count once this batch is delivered. The rows are
     ``records`` (Python) or ``batch`` (Arrow). ``columns`` holds slots taken whole
     (Arrow arrays or lists); ``values`` per-row values of the other unbuffered slots;
-    ``errors`` maps a row to its error.
+    ``errors`` maps a row to its error, and ``stages`` (``None`` until a row fails
+    outside its kernel) the stage it failed in, for the rejects table.
     """
 
     __slots__ = (
@@ -104,6 +107,7 @@ class BatchJob:
         "row_values",
         "size",
         "sizes",
+        "stages",
         "values",
     )
 
@@ -137,6 +141,7 @@ class BatchJob:
         #: a list of row keys, or a callable / Arrow array giving them (read lazily)
         self.keys: Any = None
         self.errors: dict[int, DataioError] = {}
+        self.stages: dict[int, str] | None = None
         self.fatal: list[tuple[int, BaseException]] = []
         self.inactive: dict[str, set[int]] = {}
         #: slots holding one Python value per record (passthrough and object slots)
@@ -156,6 +161,7 @@ class BatchJob:
         job.arrow, job.final, job.keys, job.columns = True, False, None, {}
         job.buffers = job.values = job.readers = job.sizes = job.errors = job.inactive = _NONE
         job.fatal = []
+        job.stages = None
         job.row_values = frozenset()
         return job
 
@@ -228,8 +234,13 @@ class Executor:
         seed: int,
         epoch: int,
         pool: BufferPool | None = None,
+        stats: PassStats | None = None,
     ) -> None:
         self._chunks = chunks
+        #: the pass's clocks, or ``None`` when the loader collects no stats
+        self._stats = stats
+        # the clock slot of each kernel (media slots only; -1: passthrough)
+        self._clock_slots = _clock_slots(kernels)
         self._pool = pool
         self._kernels = kernels
         self._maps = tuple(m.fn for m in record_maps)
@@ -272,13 +283,19 @@ class Executor:
         if self._inline:
             return self._next_inline()
         self._fill()
+        stats = self._stats
         with self._cond:
             while self._jobs:
                 job = self._ready_job()
                 if job is not None:
                     self._jobs.remove(job)
                     break
-                self._cond.wait()
+                if stats is None:
+                    self._cond.wait()
+                else:
+                    start = perf_counter_ns()
+                    self._cond.wait()
+                    stats.wait_ns += perf_counter_ns() - start
             else:
                 return None
         self._fill()
@@ -293,6 +310,8 @@ class Executor:
         if self._deferred is not None:
             error, self._deferred = self._deferred, None
             raise error
+        stats = self._stats
+        start = 0 if stats is None else perf_counter_ns()
         chunk = self._next_chunk
         if chunk is None and not self._exhausted:
             chunk = next(self._chunks, None)
@@ -300,15 +319,22 @@ class Executor:
             self._exhausted = True
             return None
         job = self._job(chunk)
+        built = 0 if stats is None else perf_counter_ns()
         if not job.arrow:
             self._run_rows(job, range(job.size))
         else:  # passthrough columns of Arrow rows: taken whole already
             job.remaining, job.done = 0, True
+        gathered = 0 if stats is None else perf_counter_ns()
         try:
             self._next_chunk = next(self._chunks, None)
         except Exception as exc:
             self._next_chunk, self._deferred = None, exc
             return job
+        finally:
+            if stats is not None:
+                # the consumer thread gathered the columns itself: batch assembly
+                stats.source_ns += built - start + perf_counter_ns() - gathered
+                stats.assemble_ns += gathered - built
         if self._next_chunk is None:
             self._exhausted = True
         return job
@@ -417,12 +443,16 @@ class Executor:
         return passthrough, media, key, key_slot
 
     def _fill(self) -> None:
+        stats = self._stats
         while not self._exhausted and len(self._jobs) < self._prefetch:
+            start = 0 if stats is None else perf_counter_ns()
             chunk = next(self._chunks, None)
             if chunk is None:
                 self._exhausted = True
                 break
             job = self._job(chunk)
+            if stats is not None:
+                stats.source_ns += perf_counter_ns() - start
             with self._lock:
                 self._jobs.append(job)
                 rows = range(job.size)
@@ -474,20 +504,26 @@ class Executor:
         self._admit()
 
     def _run_rows(self, job: BatchJob, rows: range) -> None:
+        stats = self._stats
+        clock = None if stats is None or self._inline else stats.clock()
+        start = 0 if clock is None else perf_counter_ns()
         try:
             if job.arrow:
                 if job.readers:
                     for row in rows:
-                        self._process_arrow(job, row)
+                        self._process_arrow(job, row, clock)
             elif not (self._whole_jobs and self._columns_at_once(job)):
                 for row in rows:
-                    self._process(job, row)
+                    self._process(job, row, clock)
         finally:
             if self._inline:
                 job.remaining = 0
                 job.done = True
             else:
+                elapsed = 0 if clock is None else perf_counter_ns() - start
                 with self._cond:
+                    if clock is not None:
+                        stats.add_task(clock, elapsed)  # type: ignore[union-attr]
                     job.remaining -= len(rows)
                     if job.remaining == 0:
                         job.done = True
@@ -524,16 +560,21 @@ class Executor:
         job.keys = lambda: [record_key(record) for record in records]
         return True
 
-    def _process(self, job: BatchJob, row: int) -> None:
+    def _process(self, job: BatchJob, row: int, clock: list[int] | None = None) -> None:
         index = job.positions[row]
         assert job.records is not None
         record = job.records[row]
-        try:
-            for fn in self._maps:
-                record = fn(record)
-        except BaseException as exc:
-            job.fatal.append((row, exc))
-            return
+        if self._maps:
+            start = 0 if clock is None else perf_counter_ns()
+            try:
+                for fn in self._maps:
+                    record = fn(record)
+            except BaseException as exc:
+                job.fatal.append((row, exc))
+                return
+            finally:
+                if clock is not None:
+                    clock[1] += perf_counter_ns() - start
         key = record_key(record)
         if job.keys is None:
             job.keys = [None] * job.size
@@ -545,7 +586,7 @@ class Executor:
             return
         for number, kernel in enumerate(self._kernels):
             try:
-                self._run_slot(job, row, index, number, kernel, record)
+                self._run_slot(job, row, index, number, kernel, record, clock)
             except DataioError as exc:
                 job.errors[row] = exc.with_row(index=index, key=key, slot=kernel.name)
                 return
@@ -563,6 +604,7 @@ class Executor:
         number: int,
         kernel: SlotKernel,
         record: Mapping[str, Any],
+        clock: list[int] | None,
     ) -> None:
         if kernel.optional and (
             (kernel.active is not None and not kernel.active.evaluate(record))
@@ -580,22 +622,38 @@ class Executor:
         if kernel.run is None:
             job.values[kernel.name][row] = value
             return
-        self._decode(job, row, index, number, kernel, value)
+        self._decode(job, row, index, number, kernel, value, clock)
 
     def _decode(
-        self, job: BatchJob, row: int, index: int, number: int, kernel: SlotKernel, value: Any
+        self,
+        job: BatchJob,
+        row: int,
+        index: int,
+        number: int,
+        kernel: SlotKernel,
+        value: Any,
+        clock: list[int] | None,
     ) -> None:
         assert kernel.run is not None
         rng = record_rng(self._seed, self._epoch, index, number) if kernel.random else None
         buffer = job.buffers.get(kernel.name)
-        out, source_size = kernel.run(
-            _field_bytes(value, kernel), rng, None if buffer is None else buffer[row]
-        )
+        if clock is None:
+            data = _read(job, row, value, kernel)
+            out, source_size = kernel.run(data, rng, None if buffer is None else buffer[row])
+        else:
+            start = perf_counter_ns()
+            data = _read(job, row, value, kernel)
+            read = perf_counter_ns()
+            clock[0] += read - start
+            try:
+                out, source_size = kernel.run(data, rng, None if buffer is None else buffer[row])
+            finally:
+                clock[self._clock_slots[number]] += perf_counter_ns() - read
         if buffer is None:
             job.values[kernel.name][row] = out
         job.sizes[kernel.name][row] = source_size
 
-    def _process_arrow(self, job: BatchJob, row: int) -> None:
+    def _process_arrow(self, job: BatchJob, row: int, clock: list[int] | None = None) -> None:
         """Run the media slots of one Arrow row; passthrough columns were taken whole."""
         index = job.positions[row]
         for number, kernel in enumerate(self._kernels):
@@ -608,7 +666,7 @@ class Executor:
                     if kernel.name in job.values:
                         job.values[kernel.name][row] = None
                     continue
-                self._decode(job, row, index, number, kernel, value)
+                self._decode(job, row, index, number, kernel, value, clock)
             except DataioError as exc:
                 job.errors[row] = exc.with_row(index=index, key=job.key_at(row), slot=kernel.name)
                 return
@@ -616,6 +674,26 @@ class Executor:
                 error = _undocumented(exc)
                 job.errors[row] = error.with_row(index=index, key=job.key_at(row), slot=kernel.name)
                 return
+
+
+def _read(job: BatchJob, row: int, value: Any, kernel: SlotKernel) -> Any:
+    """The field's bytes; a failure is marked as the row's ``read`` stage."""
+    try:
+        return _field_bytes(value, kernel)
+    except BaseException:
+        if job.stages is None:
+            job.stages = {}
+        job.stages[row] = "read"
+        raise
+
+
+def _clock_slots(kernels: Sequence[SlotKernel]) -> tuple[int, ...]:
+    """Each kernel's index in a task clock (see :meth:`PassStats.clock`): media slots
+    in order from 2; passthrough slots -1 (they never decode)."""
+    slots: list[int] = []
+    for kernel in kernels:
+        slots.append(-1 if kernel.passthrough else 2 + sum(1 for s in slots if s >= 0))
+    return tuple(slots)
 
 
 def _rows_per_task(size: int, concurrency: int) -> int:

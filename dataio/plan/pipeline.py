@@ -494,6 +494,7 @@ class BoundPipeline:
         order: Order = "submit",
         on_failure: Literal["strict", "skip"] | int = "strict",
         log_errors: bool | Callable[[Exception], Any] = False,
+        stats: bool = True,
         seed: int = 0,
         epoch: int = 0,
         shard: dict[str, Any] | Literal["auto"] | None = None,
@@ -512,7 +513,11 @@ class BoundPipeline:
             on_failure: ``"strict"`` raises on the first row error; ``"skip"`` drops
                 failed rows; an integer requires that many survivors per batch.
             log_errors: ``True`` logs row errors to the ``dataio.rows`` logger; a
-                callable receives each error.
+                callable receives each error. Either way every bad row is also in
+                ``Loader.rejects()``.
+            stats: time each pass's stages (``Loader.stats()``) and keep the newest
+                batches' samples (``Loader.lineage()``); costs well under 2% of an
+                image pipeline's throughput.
             seed: seeds every random op, together with ``epoch`` and the record index.
             epoch: the first pass's epoch; each later pass runs the next one (see
                 ``Loader.set_epoch``). Shuffles and random ops derive from
@@ -545,6 +550,7 @@ class BoundPipeline:
             order=order,
             on_failure=on_failure,
             log_errors=log_errors,
+            stats=stats,
             seed=seed,
             epoch=epoch,
             shard=shard,

@@ -1,0 +1,246 @@
+"""Where a loader's time goes: per-stage timings of each pass and the bottleneck line.
+
+Timings are sums of ``time.perf_counter_ns`` differences. Worker threads add theirs
+once per pool task (the executor's task clock, merged under the lock the task takes
+anyway to report it finished); the consumer thread adds its own once per batch. No
+Python work is done per row beyond the clock reads around each read and kernel call.
+
+Stages, and the thread they run on:
+
+* ``source`` (consumer): producing the pass's chunks: enumerating records, reading
+  record batches, slicing them into batches;
+* ``read`` (workers): fetching a field's bytes when it holds a path or URI;
+* ``decode`` (workers): a slot's kernel: its decoder and the per-sample transforms
+  fused into it, one row per slot, named by the decoder op (``decode_image``);
+* ``transform``: record maps (workers) and batch transforms and batch maps (consumer);
+* ``assemble`` (consumer): building the batch: the failure policy, stacking, and
+  gathering passthrough columns of plans that have no media slot;
+* ``export`` (consumer): NumPy to torch tensors or Arrow record batches;
+* ``consumer wait`` (consumer): ``next()`` blocked until a batch was ready;
+* ``consumer`` (consumer): the caller's own code between two batches (a training step).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from time import perf_counter_ns
+from typing import Any
+
+__all__ = ["PASSES_KEPT", "PassStats", "StatsLog", "bottleneck_line"]
+
+#: passes whose timings a loader keeps (the oldest are dropped first)
+PASSES_KEPT = 1024
+
+#: consumer-side stages, in table order, and the PassStats field holding each
+_CONSUMER: tuple[tuple[str, str | None, str], ...] = (
+    ("source", None, "source_ns"),
+    ("transform", "batch transforms", "batch_ops_ns"),
+    ("assemble", None, "assemble_ns"),
+    ("export", None, "export_ns"),
+    ("consumer wait", None, "wait_ns"),
+    ("consumer", None, "consumer_ns"),
+)
+
+
+class PassStats:
+    """The clocks of one pass. Workers add through :meth:`add_task` under the
+    executor's lock; the consumer thread adds to its own fields directly."""
+
+    __slots__ = (
+        "assemble_ns",
+        "batch_ops_ns",
+        "batches",
+        "consumer_ns",
+        "decode_ns",
+        "ended_ns",
+        "epoch",
+        "export_ns",
+        "last_return_ns",
+        "map_ns",
+        "number",
+        "ops",
+        "read_ns",
+        "rows",
+        "slots",
+        "source_ns",
+        "started_ns",
+        "tasks",
+        "wait_ns",
+        "worker_ns",
+        "workers",
+    )
+
+    def __init__(
+        self, number: int, epoch: int, slots: Sequence[str], ops: Sequence[str], workers: int
+    ) -> None:
+        self.number, self.epoch = number, epoch
+        #: the media slots (those with a kernel), and each one's decoder op
+        self.slots, self.ops = tuple(slots), tuple(ops)
+        self.workers = workers
+        self.started_ns = perf_counter_ns()
+        self.ended_ns: int | None = None
+        self.last_return_ns: int | None = None  # when next() last returned a batch
+        self.source_ns = self.batch_ops_ns = self.assemble_ns = self.export_ns = 0
+        self.wait_ns = self.consumer_ns = 0
+        self.read_ns = self.map_ns = self.worker_ns = 0
+        self.decode_ns = [0] * len(self.slots)
+        self.tasks = self.batches = self.rows = 0
+
+    def clock(self) -> list[int]:
+        """A task's clock: ``[read, record maps, decode of each media slot...]`` in ns."""
+        return [0] * (2 + len(self.slots))
+
+    def add_task(self, clock: list[int], elapsed: int) -> None:
+        """Merge one finished task's clock (the caller holds the executor's lock)."""
+        self.read_ns += clock[0]
+        self.map_ns += clock[1]
+        decode = self.decode_ns
+        for i in range(len(decode)):
+            decode[i] += clock[2 + i]
+        self.worker_ns += elapsed
+        self.tasks += 1
+
+    def end(self) -> None:
+        """Stop the pass's wall clock (a finished or abandoned pass)."""
+        if self.ended_ns is None:
+            self.ended_ns = perf_counter_ns()
+
+    @property
+    def wall_ns(self) -> int:
+        """The pass's wall time so far (until it ended)."""
+        end = self.ended_ns if self.ended_ns is not None else perf_counter_ns()
+        return max(end - self.started_ns, 0)
+
+    def rows_of(self) -> list[tuple[str, str | None, str | None, str, int]]:
+        """``(stage, slot, op, thread, ns)`` for every stage of this pass."""
+        rows: list[tuple[str, str | None, str | None, str, int]] = [
+            ("source", None, None, "consumer", self.source_ns),
+            ("read", None, None, "workers", self.read_ns),
+        ]
+        for slot, op, ns in zip(self.slots, self.ops, self.decode_ns, strict=True):
+            rows.append(("decode", slot, op, "workers", ns))
+        if not self.slots:
+            rows.append(("decode", None, None, "workers", 0))
+        rows.append(("transform", None, "record maps", "workers", self.map_ns))
+        for stage, op, name in _CONSUMER[1:]:
+            rows.append((stage, None, op, "consumer", getattr(self, name)))
+        return rows
+
+
+class StatsLog:
+    """The timings of a loader's last :data:`PASSES_KEPT` passes."""
+
+    def __init__(self) -> None:
+        self.passes: deque[PassStats] = deque(maxlen=PASSES_KEPT)
+        self.count = 0
+
+    def begin(
+        self, epoch: int, slots: Sequence[str], ops: Sequence[str], workers: int
+    ) -> PassStats:
+        """Start timing a new pass."""
+        stats = PassStats(self.count, epoch, slots, ops, workers)
+        self.count += 1
+        self.passes.append(stats)
+        return stats
+
+    def forget(self, stats: PassStats) -> None:
+        """Drop a pass that delivered nothing (an ``iter()`` probe)."""
+        if self.passes and self.passes[-1] is stats:
+            self.passes.pop()
+
+    def table(self) -> Any:
+        """One row per pass and stage (see :meth:`dataio.loader.Loader.stats`)."""
+        import pyarrow as pa
+
+        schema = _schema()
+        columns: dict[str, list[Any]] = {name: [] for name in schema.names}
+        for stats in self.passes:
+            wall = stats.wall_ns
+            for stage, slot, op, thread, ns in stats.rows_of():
+                whole = stats.worker_ns if thread == "workers" else wall
+                values = (
+                    stats.number, stats.epoch, stage, slot, op, thread, ns / 1e9,
+                    ns / whole if whole else 0.0, wall / 1e9, stats.worker_ns / 1e9,
+                    stats.workers, stats.batches, stats.rows,
+                )  # fmt: skip
+                for name, value in zip(schema.names, values, strict=True):
+                    columns[name].append(value)
+        summary = bottleneck_line(self.passes[-1]) if self.passes else "no pass ran yet"
+        return pa.table(columns, schema=schema.with_metadata({"summary": summary}))
+
+
+def _schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("pass", pa.int64()),
+            ("epoch", pa.int64()),
+            ("stage", pa.string()),
+            ("slot", pa.string()),
+            ("op", pa.string()),
+            ("thread", pa.string()),
+            ("seconds", pa.float64()),
+            ("share", pa.float64()),
+            ("wall_seconds", pa.float64()),
+            ("worker_seconds", pa.float64()),
+            ("workers", pa.int64()),
+            ("batches", pa.int64()),
+            ("rows", pa.int64()),
+        ]
+    )
+
+
+#: the consumer waited less than this share of the pass: the loader kept up
+_KEPT_UP = 0.1
+#: workers busy at least this share of their capacity: the pass was bound by them
+_BUSY = 0.5
+
+
+def _seconds(ns: int) -> str:
+    return f"{ns / 1e6:.0f} ms" if ns < 1e9 else f"{ns / 1e9:.1f} s"
+
+
+def bottleneck_line(stats: PassStats) -> str:
+    """One line naming what bound the pass, e.g. ``"decode-bound: 81% of worker time in
+    decode_image (workers busy 97%); the consumer waited 0.2 s of 3.4 s"``.
+
+    The loader kept up when the consumer waited less than a tenth of the pass: the
+    largest consumer-thread stage (usually ``consumer``, the caller's own code) is
+    named. Otherwise the workers are named when they were busy at least half of their
+    capacity or longer than any consumer-thread stage (the largest worker stage, as a
+    share of worker time), else the largest stage on the consumer thread.
+    """
+    wall = stats.wall_ns
+    if stats.batches == 0 or wall == 0:
+        return f"epoch {stats.epoch}: no batch delivered yet"
+    waited = f"the consumer waited {_seconds(stats.wait_ns)} of {_seconds(wall)}"
+    loader_side = [
+        (stage, getattr(stats, name))
+        for stage, _, name in _CONSUMER
+        if stage not in ("consumer", "consumer wait")
+    ]
+    if stats.wait_ns < _KEPT_UP * wall and stats.consumer_ns >= max(n for _, n in loader_side):
+        return (
+            f"consumer-bound: {stats.consumer_ns / wall:.0%} of the pass in the consumer's "
+            f"own code between batches; the loader kept up ({waited})"
+        )
+    capacity = stats.workers * wall
+    if stats.worker_ns >= _BUSY * capacity or stats.worker_ns >= max(n for _, n in loader_side):
+        return f"{_worker_bound(stats, capacity)}; {waited}"
+    stage, ns = max(loader_side, key=lambda item: item[1])
+    return f"{stage}-bound: {ns / wall:.0%} of the pass in {stage} on the consumer thread; {waited}"
+
+
+def _worker_bound(stats: PassStats, capacity: int) -> str:
+    named = [("read", "reading field bytes", stats.read_ns)]
+    named += [
+        ("decode", f"{op} (slot {slot!r})" if len(stats.slots) > 1 else op, ns)
+        for slot, op, ns in zip(stats.slots, stats.ops, stats.decode_ns, strict=True)
+    ]
+    named.append(("transform", "record maps", stats.map_ns))
+    stage, what, ns = max(named, key=lambda item: item[2])
+    share = ns / stats.worker_ns if stats.worker_ns else 0.0
+    busy = stats.worker_ns / capacity if capacity else 0.0
+    return f"{stage}-bound: {share:.0%} of worker time in {what} (workers busy {busy:.0%})"
