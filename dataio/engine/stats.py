@@ -123,8 +123,8 @@ class PassStats:
         if not self.slots:
             rows.append(("decode", None, None, "workers", 0))
         rows.append(("transform", None, "record maps", "workers", self.map_ns))
-        for stage, op, name in _CONSUMER[1:]:
-            rows.append((stage, None, op, "consumer", getattr(self, name)))
+        for stage, what, name in _CONSUMER[1:]:
+            rows.append((stage, None, what, "consumer", getattr(self, name)))
         return rows
 
 
