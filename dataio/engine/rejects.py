@@ -88,7 +88,8 @@ class RejectLog:
         if tally is None or tally.batches == 0:
             return
         rejected = sum(tally.types.values())
-        how = "" if finished else f" (abandoned after {tally.batches} batches)"
+        plural = "es" if tally.batches != 1 else ""
+        how = "" if finished else f" (abandoned after {tally.batches} batch{plural})"
         if not rejected:
             row_logger.info("epoch %d%s: no rows rejected of %d", tally.epoch, how, tally.rows)
             return
@@ -100,7 +101,10 @@ class RejectLog:
                 f"; {self.dropped} older entries dropped from the table "
                 f"(limits.max_rejects={limits.get().max_rejects})"
             )
-        row_logger.warning(
+        # rows skipped are data silently lost: a warning; failed ones raised already
+        level = logging.WARNING if tally.outcomes["skipped"] else logging.INFO
+        row_logger.log(
+            level,
             "epoch %d%s: %d of %d rows rejected (%s): %s%s; see loader.rejects()",
             tally.epoch, how, rejected, tally.rows, outcomes, types, dropped,
         )  # fmt: skip
