@@ -14,7 +14,12 @@ Contenders, all with the same worker count (the usable cores):
   what torchvision's Resize(256), CenterCrop(224), ToTensor, Normalize do (written
   out by hand: torchvision is not installed here), persistent workers;
 * ``decode full``: simplejpeg full-size decode of each file on a thread pool, no transforms;
-* ``decode draft``: simplejpeg decode at the DCT scale dataio's kernel picks (gap 2).
+* ``decode draft``: simplejpeg decode at the DCT scale dataio's kernel picks (gap 2);
+* ``dataio float32 stats off``: ``dataio float32`` run with ``stats=False`` (and
+  ``progress=False`` where ``run()`` has that option): the cost of the loader's stage
+  clocks and lineage (and progress bar) is the ratio of the two, printed per round
+  (target >= 0.98x). After the rounds, each dataio loader's ``bottleneck()`` line is
+  printed. ``--stats-cost`` runs only these two, alternating, for a steadier ratio.
 
 The ceilings decode with simplejpeg's defaults (accurate IDCT, smooth upsampling); where a
 resample follows, dataio uses the fast IDCT, and fast upsampling where it shrinks 2x or
@@ -26,6 +31,7 @@ Nothing here asserts on timings; the targets are printed as met or not met.
 from __future__ import annotations
 
 import argparse
+import inspect
 import math
 import os
 import time
@@ -70,6 +76,9 @@ STD = (0.229, 0.224, 0.225)
 PROFILES = {"imagenet-like": (300, 640, 1), "photo": (800, 2400, 2)}
 TARGET_VS_DATALOADER = 2.5
 TARGET_VS_CEILING = 0.85
+TARGET_STATS_ON_VS_OFF = 0.98
+# progress bars exist where run() has the option (issue #17); measured with stats when so
+HAS_PROGRESS = "progress" in inspect.signature(dataio.BoundPipeline.run).parameters
 VERIFY_IMAGES = 8
 STAGE_IMAGES = 48
 PACKAGES = ("numpy", "pillow", "simplejpeg", "torch", "psutil")
@@ -110,10 +119,17 @@ def describe_tensor(tensor: Any) -> str:
     return f"{str(tensor.dtype).removeprefix('torch.')} {tuple(tensor.shape)}"
 
 
-def make_dataio(paths: Sequence[Path], *, normalize: bool) -> dataio.Loader:
-    """One loader kept for every pass (an epoch loop), as the DataLoader keeps its workers."""
+def make_dataio(paths: Sequence[Path], *, normalize: bool, stats: bool = True) -> dataio.Loader:
+    """One loader kept for every pass (an epoch loop), as the DataLoader keeps its workers.
+
+    ``stats=False`` turns the loader's stage clocks and lineage off (and its progress bar,
+    where ``run()`` has one; ``stats=True`` turns it on then).
+    """
     records = [{"image": str(p)} for p in paths]
-    return dataio_pipeline(normalize=normalize).bind(records).run("torch")
+    options: dict[str, Any] = {"stats": stats}
+    if HAS_PROGRESS:
+        options["progress"] = stats
+    return dataio_pipeline(normalize=normalize).bind(records).run("torch", **options)
 
 
 def run_dataio(loader: dataio.Loader) -> tuple[int, str]:
@@ -276,11 +292,12 @@ def interleave(contenders: Sequence[Contender], images: int, rounds: int) -> Non
 
 def build_contenders(
     paths: Sequence[Path], pool: ThreadPoolExecutor, loader: Any
-) -> list[Contender]:
-    """The five contenders over ``paths``, the DataLoader first."""
+) -> tuple[list[Contender], dict[str, dataio.Loader]]:
+    """The six contenders over ``paths``, the DataLoader first, and the dataio loaders."""
     spec = image_spec(normalize=True)
     f32, u8 = make_dataio(paths, normalize=True), make_dataio(paths, normalize=False)
-    return [
+    quiet = make_dataio(paths, normalize=True, stats=False)
+    contenders = [
         Contender("DataLoader (Pillow)", lambda: run_dataloader(loader), children=True),
         Contender("dataio float32", lambda: run_dataio(f32)),
         Contender("dataio uint8 CHW", lambda: run_dataio(u8)),
@@ -289,7 +306,29 @@ def build_contenders(
             "decode draft (dataio scale)",
             lambda: run_decode(pool, paths, lambda p: decode_drafted(p, spec)),
         ),
+        Contender(STATS_OFF, lambda: run_dataio(quiet)),
     ]
+    return contenders, {"dataio float32": f32, "dataio uint8 CHW": u8}
+
+
+STATS_OFF = "dataio float32 stats off"
+
+
+def stats_lines(contenders: Sequence[Contender], loaders: dict[str, dataio.Loader]) -> list[str]:
+    """Each dataio loader's bottleneck line (its last pass), then stats on vs off."""
+    lines = [f"  {name}: {loader.bottleneck()}" for name, loader in loaders.items()]
+    by_name = {c.name: c for c in contenders}
+    on, off = by_name["dataio float32"], by_name[STATS_OFF]
+    per_round = round_ratios(on, off)  # the two ran in the same round, under the same load
+    value = median(off.seconds) / median(on.seconds)
+    what = "stats + progress" if HAS_PROGRESS else "stats (dataio.progress not here yet)"
+    lines.append(
+        f"  target dataio float32 {what} on vs off >= {TARGET_STATS_ON_VS_OFF:.2f}x: "
+        f"{value:.3f}x -> {'MET' if value >= TARGET_STATS_ON_VS_OFF else 'NOT MET'} "
+        f"(per-round ratios: median {median(per_round):.3f}x, "
+        f"{min(per_round):.3f}..{max(per_round):.3f})"
+    )
+    return lines
 
 
 # -- checks and breakdowns -------------------------------------------------------------
@@ -514,15 +553,36 @@ def run_profile(profile: str, count: int, rounds: int, workers: int) -> None:
     print(verify(paths), flush=True)
     loader = make_dataloader(paths, workers)
     with ThreadPoolExecutor(workers, thread_name_prefix="decode-ceiling") as pool:
-        contenders = build_contenders(paths, pool, loader)
+        contenders, loaders = build_contenders(paths, pool, loader)
         interleave(contenders, len(paths), rounds)
     print(f"\nmedian of {rounds} rounds, batch {BATCH}, {workers} workers each:")
     print(result_table(contenders, len(paths)))
     print(RSS_NOTE)
     print("\n".join(target_lines(contenders, len(paths))))
+    print("loader stats (the last pass of each):")
+    print("\n".join(stats_lines(contenders, loaders)))
     print("\nwhere the time goes, " + stage_table(paths, workers))
     load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
     print(f"load average after the profile: {load}", flush=True)
+
+
+def run_stats_cost(profile: str, count: int, rounds: int) -> None:
+    """Only ``dataio float32`` with stats on and off, alternating round by round."""
+    paths = dataset(profile, count)
+    on = make_dataio(paths, normalize=True)
+    off = make_dataio(paths, normalize=True, stats=False)
+    contenders = [
+        Contender("dataio float32", lambda: run_dataio(on)),
+        Contender(STATS_OFF, lambda: run_dataio(off)),
+    ]
+    print(f"\n== stats cost, profile {profile!r}: {len(paths)} JPEGs, {rounds} rounds ==")
+    interleave(contenders, len(paths), rounds)
+    for c in contenders:
+        rate, best = c.rate(len(paths)), len(paths) / min(c.seconds)
+        print(f"  {c.name}: median {rate:.1f} img/s, best {best:.1f} img/s")
+    best_ratio = min(contenders[1].seconds) / min(contenders[0].seconds)
+    print("\n".join(stats_lines(contenders, {"dataio float32": on})))
+    print(f"  best pass on vs best pass off: {best_ratio:.3f}x")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -533,6 +593,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="a smoke run in under a minute")
     parser.add_argument(
         "--profile", choices=sorted(PROFILES), action="append", help="run only this profile"
+    )
+    parser.add_argument(
+        "--stats-cost", action="store_true", help="only dataio with loader stats on vs off"
     )
     args = parser.parse_args(argv)
     args.images = args.images or (24 if args.quick else 400)
@@ -554,7 +617,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         print("--quick: a smoke run; with so few images a pass is one partial batch, so the")
         print("numbers below mostly measure start-up and are not the benchmark's result")
     for profile in args.profile:
-        run_profile(profile, args.images, args.rounds, workers)
+        if args.stats_cost:
+            run_stats_cost(profile, args.images, args.rounds)
+        else:
+            run_profile(profile, args.images, args.rounds, workers)
 
 
 if __name__ == "__main__":
