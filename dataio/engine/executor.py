@@ -522,8 +522,8 @@ class Executor:
             else:
                 elapsed = 0 if clock is None else perf_counter_ns() - start
                 with self._cond:
-                    if clock is not None:
-                        stats.add_task(clock, elapsed)  # type: ignore[union-attr]
+                    if clock is not None and stats is not None:
+                        stats.add_task(clock, elapsed)
                     job.remaining -= len(rows)
                     if job.remaining == 0:
                         job.done = True
@@ -637,12 +637,15 @@ class Executor:
         assert kernel.run is not None
         rng = record_rng(self._seed, self._epoch, index, number) if kernel.random else None
         buffer = job.buffers.get(kernel.name)
+        start = 0 if clock is None else perf_counter_ns()
+        try:
+            data = _field_bytes(value, kernel)
+        except BaseException:
+            _failed_in(job, row, "read")
+            raise
         if clock is None:
-            data = _read(job, row, value, kernel)
             out, source_size = kernel.run(data, rng, None if buffer is None else buffer[row])
         else:
-            start = perf_counter_ns()
-            data = _read(job, row, value, kernel)
             read = perf_counter_ns()
             clock[0] += read - start
             try:
@@ -676,15 +679,11 @@ class Executor:
                 return
 
 
-def _read(job: BatchJob, row: int, value: Any, kernel: SlotKernel) -> Any:
-    """The field's bytes; a failure is marked as the row's ``read`` stage."""
-    try:
-        return _field_bytes(value, kernel)
-    except BaseException:
-        if job.stages is None:
-            job.stages = {}
-        job.stages[row] = "read"
-        raise
+def _failed_in(job: BatchJob, row: int, stage: str) -> None:
+    """Mark the stage a row failed in, outside its kernel (for the rejects table)."""
+    if job.stages is None:
+        job.stages = {}
+    job.stages[row] = stage
 
 
 def _clock_slots(kernels: Sequence[SlotKernel]) -> tuple[int, ...]:

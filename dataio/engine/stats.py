@@ -196,6 +196,8 @@ def _schema() -> Any:
 _KEPT_UP = 0.1
 #: workers busy at least this share of their capacity: the pass was bound by them
 _BUSY = 0.5
+#: a consumer-thread stage taking this share of the pass binds it
+_THREAD_STAGE = 0.25
 
 
 def _seconds(ns: int) -> str:
@@ -206,11 +208,14 @@ def bottleneck_line(stats: PassStats) -> str:
     """One line naming what bound the pass, e.g. ``"decode-bound: 81% of worker time in
     decode_image (workers busy 97%); the consumer waited 0.2 s of 3.4 s"``.
 
-    The loader kept up when the consumer waited less than a tenth of the pass: the
-    largest consumer-thread stage (usually ``consumer``, the caller's own code) is
-    named. Otherwise the workers are named when they were busy at least half of their
-    capacity or longer than any consumer-thread stage (the largest worker stage, as a
-    share of worker time), else the largest stage on the consumer thread.
+    * The consumer waited less than a tenth of the pass and its own code took longer
+      than any loader stage on its thread: ``consumer-bound``.
+    * The workers were busy at least half of their capacity: the largest worker stage,
+      as a share of worker time.
+    * A loader stage on the consumer thread took at least a quarter of the pass: that
+      stage (``source``, ``assemble``, ``export``, ``transform``).
+    * Otherwise the time went to no stage (workers idle, the consumer waiting: task
+      handoffs between threads): ``scheduling-bound``.
     """
     wall = stats.wall_ns
     if stats.batches == 0 or wall == 0:
@@ -221,19 +226,29 @@ def bottleneck_line(stats: PassStats) -> str:
         for stage, _, name in _CONSUMER
         if stage not in ("consumer", "consumer wait")
     ]
-    if stats.wait_ns < _KEPT_UP * wall and stats.consumer_ns >= max(n for _, n in loader_side):
+    stage, ns = max(loader_side, key=lambda item: item[1])
+    if stats.wait_ns < _KEPT_UP * wall and stats.consumer_ns >= ns:
         return (
             f"consumer-bound: {stats.consumer_ns / wall:.0%} of the pass in the consumer's "
             f"own code between batches; the loader kept up ({waited})"
         )
     capacity = stats.workers * wall
-    if stats.worker_ns >= _BUSY * capacity or stats.worker_ns >= max(n for _, n in loader_side):
-        return f"{_worker_bound(stats, capacity)}; {waited}"
-    stage, ns = max(loader_side, key=lambda item: item[1])
-    return f"{stage}-bound: {ns / wall:.0%} of the pass in {stage} on the consumer thread; {waited}"
+    busy = stats.worker_ns / capacity if capacity else 0.0
+    if busy >= _BUSY:
+        return f"{_worker_bound(stats, busy)}; {waited}"
+    if ns >= _THREAD_STAGE * wall:
+        return (
+            f"{stage}-bound: {ns / wall:.0%} of the pass in {stage} on the consumer thread "
+            f"(workers busy {busy:.0%}); {waited}"
+        )
+    return (
+        f"scheduling-bound: workers busy {busy:.0%} and no stage on the consumer thread "
+        f"above {ns / wall:.0%} of the pass: the time went to handing tasks between "
+        f"threads (fewer, larger tasks help); {waited}"
+    )
 
 
-def _worker_bound(stats: PassStats, capacity: int) -> str:
+def _worker_bound(stats: PassStats, busy: float) -> str:
     named = [("read", "reading field bytes", stats.read_ns)]
     named += [
         ("decode", f"{op} (slot {slot!r})" if len(stats.slots) > 1 else op, ns)
@@ -242,5 +257,4 @@ def _worker_bound(stats: PassStats, capacity: int) -> str:
     named.append(("transform", "record maps", stats.map_ns))
     stage, what, ns = max(named, key=lambda item: item[2])
     share = ns / stats.worker_ns if stats.worker_ns else 0.0
-    busy = stats.worker_ns / capacity if capacity else 0.0
     return f"{stage}-bound: {share:.0%} of worker time in {what} (workers busy {busy:.0%})"
