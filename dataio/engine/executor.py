@@ -35,7 +35,7 @@ from dataio.engine.buffers import BufferPool
 from dataio.engine.columns import arrow_column, value_reader
 from dataio.engine.lower import SlotKernel
 from dataio.engine.pool import cpu_pool, cpu_workers
-from dataio.engine.stats import PassStats
+from dataio.engine.stats import MAPS, READ, SLOTS, TASKS, PassStats
 from dataio.engine.stream import Chunk
 from dataio.exceptions import DataioError, DecodeError, FieldError
 from dataio.io import read_bytes
@@ -239,8 +239,10 @@ class Executor:
         self._chunks = chunks
         #: the pass's clocks, or ``None`` when the loader collects no stats
         self._stats = stats
-        # the clock slot of each kernel (media slots only; -1: passthrough)
+        # the clock slot of each kernel (media slots only; -1: passthrough), and whether
+        # kernels are timed one by one (several media slots; one slot's is the rest)
         self._clock_slots = _clock_slots(kernels)
+        self._per_slot = sum(1 for k in kernels if not k.passthrough) > 1
         self._pool = pool
         self._kernels = kernels
         self._maps = tuple(m.fn for m in record_maps)
@@ -520,10 +522,9 @@ class Executor:
                 job.remaining = 0
                 job.done = True
             else:
-                elapsed = 0 if clock is None else perf_counter_ns() - start
+                if clock is not None:
+                    clock[TASKS] += perf_counter_ns() - start
                 with self._cond:
-                    if clock is not None and stats is not None:
-                        stats.add_task(clock, elapsed)
                     job.remaining -= len(rows)
                     if job.remaining == 0:
                         job.done = True
@@ -574,7 +575,7 @@ class Executor:
                 return
             finally:
                 if clock is not None:
-                    clock[1] += perf_counter_ns() - start
+                    clock[MAPS] += perf_counter_ns() - start
         key = record_key(record)
         if job.keys is None:
             job.keys = [None] * job.size
@@ -637,21 +638,23 @@ class Executor:
         assert kernel.run is not None
         rng = record_rng(self._seed, self._epoch, index, number) if kernel.random else None
         buffer = job.buffers.get(kernel.name)
-        start = 0 if clock is None else perf_counter_ns()
+        # a value in memory needs no read: no clock read for it
+        start = 0 if clock is None or isinstance(value, _IN_MEMORY) else perf_counter_ns()
         try:
             data = _field_bytes(value, kernel)
         except BaseException:
             _failed_in(job, row, "read")
             raise
-        if clock is None:
+        if start and clock is not None:
+            clock[READ] += perf_counter_ns() - start
+        if clock is None or not self._per_slot:
             out, source_size = kernel.run(data, rng, None if buffer is None else buffer[row])
         else:
-            read = perf_counter_ns()
-            clock[0] += read - start
+            begin = perf_counter_ns()
             try:
                 out, source_size = kernel.run(data, rng, None if buffer is None else buffer[row])
             finally:
-                clock[self._clock_slots[number]] += perf_counter_ns() - read
+                clock[self._clock_slots[number]] += perf_counter_ns() - begin
         if buffer is None:
             job.values[kernel.name][row] = out
         job.sizes[kernel.name][row] = source_size
@@ -686,12 +689,16 @@ def _failed_in(job: BatchJob, row: int, stage: str) -> None:
     job.stages[row] = stage
 
 
+#: field values that are the bytes themselves (nothing to read)
+_IN_MEMORY = (bytes, bytearray, memoryview)
+
+
 def _clock_slots(kernels: Sequence[SlotKernel]) -> tuple[int, ...]:
-    """Each kernel's index in a task clock (see :meth:`PassStats.clock`): media slots
-    in order from 2; passthrough slots -1 (they never decode)."""
+    """Each kernel's index in a worker clock (see :meth:`PassStats.clock`): media slots
+    in order from :data:`SLOTS`; passthrough slots -1 (they never decode)."""
     slots: list[int] = []
     for kernel in kernels:
-        slots.append(-1 if kernel.passthrough else 2 + sum(1 for s in slots if s >= 0))
+        slots.append(-1 if kernel.passthrough else SLOTS + sum(1 for s in slots if s >= 0))
     return tuple(slots)
 
 

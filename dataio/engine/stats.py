@@ -1,9 +1,10 @@
 """Where a loader's time goes: per-stage timings of each pass and the bottleneck line.
 
 Timings are sums of ``time.perf_counter_ns`` differences. Worker threads add theirs
-once per pool task (the executor's task clock, merged under the lock the task takes
-anyway to report it finished); the consumer thread adds its own once per batch. No
-Python work is done per row beyond the clock reads around each read and kernel call.
+to a clock of their own: the task's time once per pool task, a read's time around each
+read of a path, and a kernel's time around each call only when a plan has several
+media slots; the consumer thread adds its own once per batch. No other Python work is
+done per row.
 
 Stages, and the thread they run on:
 
@@ -24,10 +25,20 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
+from threading import get_ident
 from time import perf_counter_ns
 from typing import Any
 
-__all__ = ["PASSES_KEPT", "PassStats", "StatsLog", "bottleneck_line"]
+__all__ = [
+    "MAPS",
+    "PASSES_KEPT",
+    "READ",
+    "SLOTS",
+    "TASKS",
+    "PassStats",
+    "StatsLog",
+    "bottleneck_line",
+]
 
 #: passes whose timings a loader keeps (the oldest are dropped first)
 PASSES_KEPT = 1024
@@ -43,31 +54,36 @@ _CONSUMER: tuple[tuple[str, str | None, str], ...] = (
 )
 
 
+#: a worker thread's clock: read, record maps, task time, then each media slot's kernel
+READ, MAPS, TASKS, SLOTS = 0, 1, 2, 3
+
+
 class PassStats:
-    """The clocks of one pass. Workers add through :meth:`add_task` under the
-    executor's lock; the consumer thread adds to its own fields directly."""
+    """The clocks of one pass.
+
+    Each worker thread adds to its own clock (:meth:`clock`), so workers take no lock
+    and build nothing per task; the consumer thread adds to its own fields directly.
+    With one media slot, its kernel's time is the task time not spent reading or in
+    record maps (no clock read per row when its values are in memory).
+    """
 
     __slots__ = (
         "assemble_ns",
         "batch_ops_ns",
         "batches",
+        "clocks",
         "consumer_ns",
-        "decode_ns",
         "ended_ns",
         "epoch",
         "export_ns",
         "last_return_ns",
-        "map_ns",
         "number",
         "ops",
-        "read_ns",
         "rows",
         "slots",
         "source_ns",
         "started_ns",
-        "tasks",
         "wait_ns",
-        "worker_ns",
         "workers",
     )
 
@@ -83,23 +99,43 @@ class PassStats:
         self.last_return_ns: int | None = None  # when next() last returned a batch
         self.source_ns = self.batch_ops_ns = self.assemble_ns = self.export_ns = 0
         self.wait_ns = self.consumer_ns = 0
-        self.read_ns = self.map_ns = self.worker_ns = 0
-        self.decode_ns = [0] * len(self.slots)
-        self.tasks = self.batches = self.rows = 0
+        self.batches = self.rows = 0
+        #: thread id -> that worker thread's clock (see :data:`READ` ...)
+        self.clocks: dict[int, list[int]] = {}
 
     def clock(self) -> list[int]:
-        """A task's clock: ``[read, record maps, decode of each media slot...]`` in ns."""
-        return [0] * (2 + len(self.slots))
+        """The calling worker thread's clock, in ns: ``[read, record maps, task time,
+        kernel time of each media slot...]`` (only that thread writes it)."""
+        ident = get_ident()
+        clock = self.clocks.get(ident)
+        if clock is None:  # one per thread: a dict item set is atomic
+            clock = self.clocks[ident] = [0] * (SLOTS + len(self.slots))
+        return clock
 
-    def add_task(self, clock: list[int], elapsed: int) -> None:
-        """Merge one finished task's clock (the caller holds the executor's lock)."""
-        self.read_ns += clock[0]
-        self.map_ns += clock[1]
-        decode = self.decode_ns
-        for i in range(len(decode)):
-            decode[i] += clock[2 + i]
-        self.worker_ns += elapsed
-        self.tasks += 1
+    def _total(self, index: int) -> int:
+        return sum(clock[index] for clock in list(self.clocks.values()))
+
+    @property
+    def read_ns(self) -> int:
+        """Workers' time reading field bytes from paths."""
+        return self._total(READ)
+
+    @property
+    def map_ns(self) -> int:
+        """Workers' time in record maps."""
+        return self._total(MAPS)
+
+    @property
+    def worker_ns(self) -> int:
+        """Workers' time in this pass's tasks."""
+        return self._total(TASKS)
+
+    @property
+    def decode_ns(self) -> list[int]:
+        """Workers' time in each media slot's kernel."""
+        if len(self.slots) == 1:
+            return [max(self.worker_ns - self.read_ns - self.map_ns, 0)]
+        return [self._total(SLOTS + i) for i in range(len(self.slots))]
 
     def end(self) -> None:
         """Stop the pass's wall clock (a finished or abandoned pass)."""
