@@ -61,10 +61,12 @@ from _common import (
     interleave,
     load_average,
     machine_lines,
+    median,
     mib,
     probe,
     profile_pass,
     target_line,
+    usable_cores,
 )
 
 import dataio
@@ -339,6 +341,37 @@ def arrow_targets(contenders: Sequence[Contender]) -> list[str]:
             (f"{ARROW_TABLE} {SHUFFLED}", TARGET_SHUFFLED_ARROW),
         )
     ]
+
+
+def parquet_ceiling(path: Path, contenders: Sequence[Contender]) -> str:
+    """The most a parquet frame source can reach against ``DataLoader nw=0`` here.
+
+    pyarrow's own decode of the pipeline's columns (label, key) costs CPU that no loader
+    can skip, and the loader's per-batch work over an in-memory Arrow table is the least
+    it can do per record: with every core busy and perfect overlap, a pass cannot take
+    less than their sum over the cores.
+    """
+    by_name = {c.name: c for c in contenders}
+    base, table = by_name.get("DataLoader nw=0"), by_name.get(ARROW_TABLE)
+    if base is None or table is None:
+        return "  parquet frame ceiling: not measured (a contender is unsupported)"
+    reader = pq.ParquetFile(path)
+    spent = []
+    for _ in range(FLOOR_PASSES):
+        start = time.process_time()
+        for index in range(reader.num_row_groups):
+            reader.read_row_groups([index], columns=["label", "key"], use_threads=False)
+        spent.append(time.process_time() - start)
+    decode = min(spent)
+    loader = min(table.seconds)  # one thread: its wall time is its CPU time
+    cores = usable_cores()
+    floor = (decode + loader) / cores
+    return (
+        f"  parquet frame ceiling: pyarrow decodes label+key in {decode * 1e3:.0f} ms CPU "
+        f"per pass, the loader over the Arrow table spends {loader * 1e3:.0f} ms; on "
+        f"{cores} cores a pass takes >= {floor * 1e3:.0f} ms, at most "
+        f"{median(base.seconds) / floor:.1f}x DataLoader nw=0"
+    )
 
 
 # -- part 2: WebDataset shards ----------------------------------------------------------
@@ -648,6 +681,7 @@ def run_records(count: int, rounds: int) -> tuple[list[dict[str, Any]], dict[str
     print(RSS_NOTE)
     print("targets (issue #14), on the medians:")
     print("\n".join(arrow_targets(contenders)))
+    print(parquet_ceiling(path, contenders))
     print(
         f"rank {SHARD['id']}/{SHARD['of']} rows deliver a quarter of the records: an indexed "
         "source reads only the rank's positions, a stream reads every record and keeps a "

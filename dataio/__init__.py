@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dataio import batch_transforms, cond, decoders, limits, testing, transforms
+from dataio import batch_transforms, cond, decoders, limits, progress, testing, transforms
 from dataio.batch import Batch
 from dataio.dataloader import DataLoader
 from dataio.exceptions import (
@@ -84,6 +84,7 @@ from dataio.io import (
     write,
     writer,
 )
+from dataio.pictures import show
 from dataio.plan import runtime
 from dataio.plan.custom import custom_op
 from dataio.plan.expr import Expr, col, count, lit
@@ -193,6 +194,7 @@ __all__ = [
     "open_hdf5",
     "open_safetensors",
     "pipeline",
+    "progress",
     "read",
     "read_feather",
     "read_hdf5",
@@ -212,6 +214,7 @@ __all__ = [
     "scan_numpy",
     "scan_parquet",
     "scan_tfrecord",
+    "show",
     "slot",
     "slots",
     "sql",

@@ -42,9 +42,20 @@ class Batch(Mapping[str, Any]):
         indices: each surviving row's record index in the stream.
         errors: the :class:`~dataio.exceptions.DataioError` of each dropped row.
         sizes: per image slot, each row's source ``(height, width)`` before transforms.
+        pixels: per image slot, how its pixels were encoded (``layout``, and the
+            ``mean``/``std`` of ``normalize``), so :func:`dataio.show` can undo it.
     """
 
-    __slots__ = ("_columns", "_indices", "_keys", "_sizes", "errors", "mixed_by", "row_values")
+    __slots__ = (
+        "_columns",
+        "_indices",
+        "_keys",
+        "_sizes",
+        "errors",
+        "mixed_by",
+        "pixels",
+        "row_values",
+    )
 
     def __init__(
         self,
@@ -56,6 +67,7 @@ class Batch(Mapping[str, Any]):
         sizes: dict[str, list[tuple[int, int]]] | None = None,
         row_values: frozenset[str] = frozenset(),
         mixed_by: str | None = None,
+        pixels: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         self._columns = columns
         # row keys and indices may arrive lazily (an Arrow key column, a function, a
@@ -68,6 +80,8 @@ class Batch(Mapping[str, Any]):
         self.row_values = row_values
         #: the batch transform that blended rows (``mixup``/``cutmix``), else ``None``
         self.mixed_by = mixed_by
+        #: per image slot, the pixel encoding set by the loader (see :func:`dataio.show`)
+        self.pixels = pixels or {}
 
     def _unmixed(self, what: str) -> None:
         if self.mixed_by is not None:
@@ -201,6 +215,7 @@ class Batch(Mapping[str, Any]):
             "sizes": self._sizes,
             "row_values": self.row_values,
             "mixed_by": self.mixed_by,
+            "pixels": self.pixels,
         }
         fields.update(changes)
         return Batch(columns, **fields)
@@ -219,6 +234,13 @@ class Batch(Mapping[str, Any]):
         errors = f", errors={len(self.errors)}" if self.errors else ""
         mixed = f", mixed_by={self.mixed_by}" if self.mixed_by else ""
         return f"Batch(rows={len(self)}, {', '.join(parts)}{errors}{mixed})"
+
+    def _repr_html_(self) -> str:
+        """Notebook view: rows, errors, each slot's type and shape, the first row keys
+        and a few thumbnails of image slots (nothing is decoded or read)."""
+        from dataio.views import batch_html
+
+        return batch_html(self)
 
 
 class _Items(ItemsView[str, Any]):

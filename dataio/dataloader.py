@@ -45,6 +45,7 @@ class DataLoader:
         shard: dict[str, Any] | None = None,
         max_prefetch_bytes: int | None = None,
         device: str | None = None,
+        progress: bool | Literal["auto"] | None = None,
     ) -> None:
         from dataio.exceptions import PlanError
 
@@ -64,6 +65,7 @@ class DataLoader:
             shard=shard,
             max_prefetch_bytes=max_prefetch_bytes,
             device=device,
+            progress=progress,
         )
 
     def __iter__(self) -> Iterator[Any]:

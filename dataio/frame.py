@@ -16,7 +16,6 @@ Example:
 
 from __future__ import annotations
 
-import html
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -547,16 +546,10 @@ class LazyFrame(Source):
         return f"LazyFrame[{schema}]\n{plan}"
 
     def _repr_html_(self) -> str:
-        rows = "".join(
-            f"<tr><td>{html.escape(f.name)}</td><td>{html.escape(str(f.type))}</td></tr>"
-            for f in self._schema
-        )
-        plan = html.escape("\n".join(self._plan_lines()))
-        return (
-            "<div><b>LazyFrame</b> (not executed)"
-            f"<table><tr><th>column</th><th>type</th></tr>{rows}</table>"
-            f"<pre>{plan}</pre></div>"
-        )
+        # schema, plan, and the first rows only where reading them is cheap
+        from dataio.views import frame_html
+
+        return frame_html(self)
 
 
 class GroupBy:

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from dataio import progress as progress_bars
 from dataio.engine.assemble import FailurePolicy, assemble
 from dataio.engine.batch_ops import apply_batch_ops, padded_slots
 from dataio.engine.buffers import BufferPool
@@ -24,6 +25,7 @@ from dataio.engine.state import LoaderState, validate_state
 from dataio.engine.stats import PassStats, StatsLog, bottleneck_line
 from dataio.engine.stream import ShardSpec, plan_chunks
 from dataio.exceptions import BatchFailedError, DataioError, PlanError
+from dataio.pictures import pixel_formats
 from dataio.plan.pipeline import BatchStage, Pipeline
 from dataio.sources import Source
 from dataio.sources import records as records_source
@@ -100,6 +102,7 @@ class Loader:
         max_prefetch_bytes: int | None,
         device: str | None,
         stats: bool = True,
+        progress: bool | str | None = None,
     ) -> None:
         if device is not None and output == "torch":
             check_device(device)  # an absent device fails run() itself, before anything
@@ -110,6 +113,7 @@ class Loader:
         self.output = output
         self.device = device
         self.source: Source = records_source(records)
+        self._progress = progress_bars.resolve(progress)  # type: ignore[arg-type]
         self.shard = ShardSpec.parse(shard)
         self._kernels = lower(plan)
         media = [
@@ -125,6 +129,7 @@ class Loader:
         self._policy = FailurePolicy(on_failure, log_errors, self._rejects)
         self._lineage = Lineage()
         self._last_stats: PassStats | None = None  # the newest pass's clocks
+        self._pixels = pixel_formats(plan)  # batches carry it for dataio.show
         self._unstacked = padded_slots(plan.batch_ops)
         self._plain = output == "numpy" and not plan.batch_ops and not plan.batch_maps
         shape = plan.shape
@@ -197,6 +202,8 @@ class Loader:
         shape = self.plan.shape
         first = self._consumed // shape.size if isinstance(shape, BatchStage) else 0
         current = _Pass(self, executor, self._epoch, stats, first)
+        if self._progress:  # a bar per pass; nothing per batch when progress is off
+            current.bar = progress_bars.pass_bar(True, total=_batches(self), epoch=self._epoch)
         self._pass_ref = weakref.ref(current)
         return current
 
@@ -207,6 +214,8 @@ class Loader:
             return
         self._pass_ref = lambda: None
         running.executor.close()
+        if running.bar is not None:
+            running.bar.close()
         self._close_books()
 
     def _close_books(self, *, finished: bool = False) -> None:
@@ -224,6 +233,8 @@ class Loader:
         if self._pass_ref() is current:
             self._pass_ref = lambda: None
             current.executor.close()
+            if current.bar is not None:
+                current.bar.close()
             self._close_books(finished=True)
             self._epoch = current.epoch + 1
             self._consumed = 0
@@ -260,6 +271,8 @@ class Loader:
                 if last:
                     self._finish(current)
                 raise
+            if current.bar is not None:
+                current.bar.batch(job.size, len(job.errors))
         except (StopIteration, BatchFailedError):
             raise
         except BaseException:
@@ -308,6 +321,7 @@ class Loader:
 
     def _build(self, job: Any, epoch: int) -> Any:
         batch = assemble(job, self._policy, self._unstacked)
+        batch.pixels = self._pixels
         if self._plain:  # numpy output, no batch transforms or maps: the batch as built
             return batch
         if self.plan.batch_ops:
@@ -329,6 +343,7 @@ class Loader:
         finally:
             built = perf_counter_ns()
             stats.assemble_ns += built - start
+        batch.pixels = self._pixels
         if self.plan.batch_ops:
             batch = apply_batch_ops(batch, self.plan.batch_ops, self._seed, epoch)
             stats.batch_ops_ns += perf_counter_ns() - built
@@ -497,6 +512,13 @@ class Loader:
         """True once :meth:`close` ran (or the ``with`` block ended)."""
         return self._closed
 
+    def __repr__(self) -> str:
+        running = "closed" if self._closed else "running" if self._pass_ref() else "ready"
+        return (
+            f"Loader({self.plan.summary()}; source={self.source!r}; output={self.output!r}, "
+            f"epoch={self._epoch}, position={self._consumed}, state={running!r})"
+        )
+
     def __enter__(self) -> Loader:
         return self
 
@@ -547,6 +569,8 @@ class _Pass:
     out of a ``for`` loop) cancels its pass's queued work at once.
     """
 
+    bar: progress_bars.PassBar | None = None
+
     def __init__(
         self, loader: Loader, executor: Executor, epoch: int, stats: PassStats | None, first: int
     ) -> None:
@@ -577,6 +601,16 @@ class _Pass:
             # wait for running tasks only on the consumer's thread: a garbage collection
             # that runs on a pool thread must not wait for that thread's own task
             executor.close(wait=threading.get_ident() == self._thread)
+
+
+def _batches(loader: Loader) -> int | None:
+    """A fresh pass's batch count for its bar, when known without reading."""
+    if loader._consumed or loader.select_chunks is not None:
+        return None
+    try:
+        return len(loader)
+    except TypeError:
+        return None
 
 
 def _as_arrow(item: Any) -> Any:

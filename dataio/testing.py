@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
+
+from dataio.progress import iterate
 
 __all__ = ["make_jpegs", "photo_like"]
 
@@ -51,10 +54,13 @@ def make_jpegs(
     max_side: int = 1600,
     seed: int = 0,
     quality: int = 90,
+    progress: bool | Literal["auto"] | None = None,
 ) -> list[Path]:
     """Write ``count`` photo-like JPEGs with sides drawn from ``[min_side, max_side]``.
 
     Files that already exist with the expected name are kept, so repeated calls are cheap.
+    ``progress`` shows a bar (see :mod:`dataio.progress`; by default only in a terminal
+    or notebook).
 
     Example:
         >>> paths = dataio.testing.make_jpegs("/tmp/jpegs", 8)  # doctest: +SKIP
@@ -82,4 +88,5 @@ def make_jpegs(
         return path
 
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        return list(pool.map(write, jobs))
+        written = pool.map(write, jobs)
+        return list(iterate(written, total=count, desc="make_jpegs", unit="img", enabled=progress))

@@ -84,6 +84,7 @@ EXPECTED = [
     "open_hdf5",
     "open_safetensors",
     "pipeline",
+    "progress",
     "read",
     "read_feather",
     "read_hdf5",
@@ -103,6 +104,7 @@ EXPECTED = [
     "scan_numpy",
     "scan_parquet",
     "scan_tfrecord",
+    "show",
     "slot",
     "slots",
     "sql",
@@ -133,6 +135,7 @@ def public_callables():
         dataio.testing,
         dataio.cond,
         dataio.batch_transforms,
+        dataio.progress,
     ):
         for name in module.__all__:
             value = getattr(module, name)

@@ -39,6 +39,7 @@ from dataio.engine.session import scan_partitions, scan_session, session, worker
 from dataio.engine.tail import limit_batches, python_filter, split_tail
 from dataio.exceptions import DataioError
 from dataio.plan.frame import Limit, Node, PyFilter, Scan
+from dataio.progress import iterate
 
 __all__ = ["collect_table", "plain_frame", "run", "stream_batches"]
 
@@ -203,7 +204,13 @@ def collect_table(node: Node) -> Any:
     if fast is not None:
         return fast
     schema = plan_schema(node)
-    return pa.Table.from_batches(list(run(node, parallel=True)), schema=schema)
+    # a bar only for a long collect in a terminal or notebook (dataio.progress)
+    batches = iterate(run(node, parallel=True), desc="collect", unit="row", weight=_rows, long=True)
+    return pa.Table.from_batches(list(batches), schema=schema)
+
+
+def _rows(batch: Any) -> int:
+    return int(batch.num_rows)
 
 
 def stream_batches(node: Node) -> Iterator[Any]:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, overload
 
-from dataio import limits
+from dataio import limits, progress
 from dataio.exceptions import DataioError, NotFoundError, OutOfRangeError
 from dataio.io import cache
 from dataio.io.config import redact, store_for, transport_for
@@ -431,6 +431,8 @@ def _fetch(
     result = obstore.get(store, loc.key, options=options or None)  # type: ignore[arg-type]
     start, end = result.range
     total = end - start
+    if total >= STREAM_BYTES:  # a bar for a large body, where someone watches
+        sink = progress.track_bytes(sink, total, desc=f"download {loc.key.rsplit('/', 1)[-1]}")
     if expect is not None:
         expect(total)
     transport = transport_for(loc.scheme)

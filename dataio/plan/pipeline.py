@@ -399,10 +399,35 @@ class Pipeline:
         lines += [f"  batch map   {m.describe()['map']}" for m in self.batch_maps]
         return "\n".join(lines)
 
+    def summary(self) -> str:
+        """One line: signature prefix, slots and shape stage (reprs of loaders use it)."""
+        slots = ", ".join(s.name for s in self.slots)
+        return f"pipeline {self.signature()[:12]}: slots [{slots}], {_shape_text(self.shape)}"
+
     def bind(self, records: Any) -> BoundPipeline:
         """Attach a record source (a source, sequence, iterable or factory); nothing runs
         until :meth:`BoundPipeline.run`."""
         return BoundPipeline(self, records)
+
+
+def _shape_text(shape: ShapeStage) -> str:
+    if isinstance(shape, BatchStage):
+        return f"batch({shape.size}{', drop_last=True' if shape.drop_last else ''})"
+    if isinstance(shape, GroupByStage):
+        return f"group_by({shape.key!r})"
+    return "collate()"
+
+
+def _records_text(records: Any) -> str:
+    """A short description of what was bound: a source's own repr, else type and size
+    (only sizes known without iterating)."""
+    if hasattr(records, "iterate") and hasattr(records, "describe"):  # a Source
+        return repr(records)
+    name = type(records).__name__
+    if isinstance(records, list | tuple | range | dict):
+        return f"{name}[{len(records)}]"
+    rows = getattr(records, "num_rows", None)  # Arrow tables and batches
+    return f"{name}[{rows} rows]" if isinstance(rows, int) else name
 
 
 def pipeline(*stages: Stage) -> Pipeline:
@@ -479,12 +504,15 @@ Output = Literal["numpy", "torch", "arrow"]
 Order = Literal["submit", "completion"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class BoundPipeline:
     """A pipeline with its record source; :meth:`run` starts the engine."""
 
     pipeline: Pipeline
     records: Any
+
+    def __repr__(self) -> str:
+        return f"BoundPipeline({self.pipeline.summary()}, records={_records_text(self.records)})"
 
     def run(
         self,
@@ -500,6 +528,7 @@ class BoundPipeline:
         shard: dict[str, Any] | Literal["auto"] | None = None,
         max_prefetch_bytes: int | None = None,
         device: str | None = None,
+        progress: bool | Literal["auto"] | None = None,
     ) -> Loader:
         """Start loading; returns a context-managed, iterable :class:`~dataio.loader.Loader`.
 
@@ -531,6 +560,9 @@ class BoundPipeline:
             device: for ``"torch"``, the device tensors are delivered on: ``"cpu"``, or
                 an accelerator such as ``"cuda:0"`` (CUDA copies go through reused pinned
                 buffers, each reused only after its copy finished).
+            progress: ``True`` shows a tqdm bar per pass (batches, samples/s, skipped
+                rows); ``None``/``"auto"`` only where stderr is a terminal or in a
+                notebook, never into logs; ``False`` never (see :mod:`dataio.progress`).
 
         Raises:
             DeviceError: ``device`` is not a torch device or is absent on this host.
@@ -556,4 +588,5 @@ class BoundPipeline:
             shard=shard,
             max_prefetch_bytes=max_prefetch_bytes,
             device=device,
+            progress=progress,
         )

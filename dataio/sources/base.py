@@ -83,6 +83,13 @@ class Source:
         """A stable hex digest of :meth:`describe`."""
         return source_signature(self.describe())
 
+    def __repr__(self) -> str:
+        from dataio.sources.display import source_text
+
+        # only an indexed source's length is free; others may have to read to know it
+        rows = self.length() if isinstance(self, IndexedSource) else None
+        return source_text(self.describe(), rows)
+
     def __len__(self) -> int:
         n = self.length()
         if n is None:
