@@ -19,7 +19,10 @@ Contenders, all with the same worker count (the usable cores):
   ``progress=False`` where ``run()`` has that option): the cost of the loader's stage
   clocks and lineage (and progress bar) is the ratio of the two, printed per round
   (target >= 0.98x). After the rounds, each dataio loader's ``bottleneck()`` line is
-  printed. ``--stats-cost`` runs only these two, alternating, for a steadier ratio.
+  printed. ``--stats-cost`` runs only these two, alternating. A shared machine's load
+  swings a pass by far more than 2%, so the clocks' own cost is also measured where load
+  cannot hide it: the same row tasks on one thread, clocks on and off, best of 30
+  (``clock_cost``), set against the chain's time per image.
 
 The ceilings decode with simplejpeg's defaults (accurate IDCT, smooth upsampling); where a
 resample follows, dataio uses the fast IDCT, and fast upsampling where it shrinks 2x or
@@ -34,6 +37,7 @@ import argparse
 import inspect
 import math
 import os
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -47,7 +51,10 @@ from _common import BENCH_DATA, PeakRss, format_table, machine_lines, median, mi
 from PIL import Image
 
 import dataio
+from dataio.engine.executor import BatchJob, Executor
 from dataio.engine.lower import image_spec as lower_image_spec
+from dataio.engine.lower import lower
+from dataio.engine.stats import PassStats
 from dataio.testing import make_jpegs
 from dataio.udfs._resample import resample_into
 from dataio.udfs.image import (
@@ -561,9 +568,63 @@ def run_profile(profile: str, count: int, rounds: int, workers: int) -> None:
     print("\n".join(target_lines(contenders, len(paths))))
     print("loader stats (the last pass of each):")
     print("\n".join(stats_lines(contenders, loaders)))
+    print("\n".join(clock_cost(paths)))
     print("\nwhere the time goes, " + stage_table(paths, workers))
     load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
     print(f"load average after the profile: {load}", flush=True)
+
+
+def task_ns_per_row(
+    pipe: dataio.Pipeline, records: list[dict[str, Any]], stats: bool, rows_per_task: int
+) -> int:
+    """Nanoseconds per row of one batch's row tasks run on this thread (no pool)."""
+    kernels = lower(pipe)
+    clocks = PassStats(0, 0, ["x"], ["op"], 1) if stats else None
+    executor = Executor(
+        iter(()), kernels, (), prefetch=1, concurrency=len(records), ordered=True, seed=0,
+        epoch=0, stats=clocks,
+    )  # fmt: skip
+    n = len(records)
+    job = BatchJob(range(n), records, kernels, n)
+    job.allocate(None)
+    start = time.perf_counter_ns()
+    for row in range(0, n, rows_per_task):
+        executor._run_rows(job, range(row, min(row + rows_per_task, n)))
+    return (time.perf_counter_ns() - start) // n
+
+
+def clock_cost(paths: Sequence[Path], trials: int = 30) -> list[str]:
+    """What the stage clocks cost per row, measured where load cannot hide it.
+
+    The same row tasks run on this thread with the clocks on and off, alternating, best of
+    ``trials``: a near-free kernel (``decode_bytes`` of 64-byte files, read from paths
+    as the image records are) shows the clocks' own cost per one-row task; the float32
+    image chain's cost per image puts it in proportion.
+    """
+    lines = []
+    with tempfile.TemporaryDirectory() as tmp:
+        files = [Path(tmp) / f"{i}.bin" for i in range(64)]
+        for file in files:
+            file.write_bytes(bytes(64))
+        cheap = dataio.pipeline(dataio.slot("x").decode_bytes(), dataio.batch(64))
+        records = [{"x": str(f)} for f in files]
+        best = {
+            on: min(task_ns_per_row(cheap, records, on, 1) for _ in range(trials))
+            for on in (False, True)
+        }
+    per_row = best[True] - best[False]
+    chain = dataio_pipeline(normalize=True).slots[0].ops
+    image = dataio.pipeline(dataio.slot("x").then(*chain), dataio.batch(16))
+    records = [{"x": str(p)} for p in paths[:16]]
+    image_ns = min(task_ns_per_row(image, records, False, 1) for _ in range(max(3, trials // 6)))
+    lines.append(
+        f"  stage clocks: {per_row:+d} ns per one-row task (decode_bytes of a path: "
+        f"{best[False]} ns off, {best[True]} ns on, best of {trials}); the float32 chain "
+        f"takes {image_ns / 1e6:.2f} ms per image on one thread: clocks cost "
+        f"{per_row / image_ns:.3%} of it -> expected stats on vs off "
+        f"{image_ns / (image_ns + max(per_row, 0)):.4f}x"
+    )
+    return lines
 
 
 def run_stats_cost(profile: str, count: int, rounds: int) -> None:
@@ -583,6 +644,7 @@ def run_stats_cost(profile: str, count: int, rounds: int) -> None:
     best_ratio = min(contenders[1].seconds) / min(contenders[0].seconds)
     print("\n".join(stats_lines(contenders, {"dataio float32": on})))
     print(f"  best pass on vs best pass off: {best_ratio:.3f}x")
+    print("\n".join(clock_cost(paths)))
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
