@@ -96,7 +96,7 @@ def test_each_pass_gets_its_rows(photos: list[dict[str, Any]]) -> None:
         one_pass(loader)
         one_pass(loader)
         table = loader.stats()
-    assert sorted(set(table.column("pass").to_pylist())) == [1, 2]
+    assert sorted(set(table.column("pass").to_pylist())) == [0, 1]
     assert sorted(set(table.column("epoch").to_pylist())) == [0, 1]
     assert set(table.column("batches").to_pylist()) == {2}
     assert table.schema.metadata[b"summary"].decode() == loader.bottleneck()
@@ -236,6 +236,18 @@ def test_lineage_of_arrow_rows_reads_the_key_column() -> None:
         lineage = loader.lineage()
     assert lineage.column("key").to_pylist() == [k for _, keys in seen for k in keys]
     assert lineage.column("batch").to_pylist() == [0] * 4 + [1] * 4 + [2] * 2
+
+
+def test_lineage_of_python_records_without_media_slots() -> None:
+    keyed = [{"x": i, "key": f"r{i}"} for i in range(10)]
+    unkeyed = [{"x": i} for i in range(10)]
+    pipe = dataio.pipeline(dataio.slot("x").passthrough(), dataio.batch(4))
+    for records, keys in ((keyed, [f"r{i}" for i in range(10)]), (unkeyed, [None] * 10)):
+        with pipe.bind(records).run("numpy") as loader:
+            _, seen = one_pass(loader)
+            lineage = loader.lineage()
+        assert lineage.column("key").to_pylist() == keys == [k for _, ks in seen for k in ks]
+        assert lineage.column("position").to_pylist() == list(range(10))
 
 
 def test_stats_off_keeps_rejects_only(photos: list[dict[str, Any]], tmp_path: Path) -> None:

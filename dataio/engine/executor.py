@@ -558,8 +558,19 @@ class Executor:
             if kernel.optional and None in columns[kernel.name]:
                 return False  # None rows are inactive rows: the per-row path marks them
         job.columns.update(columns)
-        job.keys = lambda: [record_key(record) for record in records]
+        job.keys = self._record_keys(records)
         return True
+
+    def _record_keys(self, records: list[Any]) -> Any:
+        """The rows' keys, read when asked; with stats on (lineage keeps keys, and must
+        not keep the records a function over them would) taken at once in C when every
+        record has a ``key`` (or every one a ``__key__``) field."""
+        if self._stats is not None and _fast is not None:
+            for name in ("key", "__key__"):
+                found = _fast.columns(records, (name,))
+                if found is not None:
+                    return found[0]
+        return lambda: [record_key(record) for record in records]
 
     def _process(self, job: BatchJob, row: int, clock: list[int] | None = None) -> None:
         index = job.positions[row]

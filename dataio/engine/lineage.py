@@ -1,10 +1,11 @@
 """Lineage: which samples each delivered batch held, for the newest batches.
 
 Each delivered batch adds one entry holding references to the batch's positions and
-keys as the batch already has them (a ``range``, a list, an Arrow or NumPy key column,
-or the function that lists them); nothing is converted per row until
-:meth:`Lineage.table` is called. The newest ``limits.max_lineage_batches`` entries are
-kept.
+keys as the batch already has them (a ``range``, a list, an Arrow or NumPy key column);
+nothing is converted per row until :meth:`Lineage.table` is called. Keys a batch would
+compute from its records on demand are null (passthrough-only plans over Python
+records whose key fields the C helper cannot take at once). The newest
+``limits.max_lineage_batches`` entries are kept.
 """
 
 from __future__ import annotations
@@ -25,7 +26,13 @@ class Lineage:
         self.dropped = 0
 
     def record(self, epoch: int, batch: int, positions: Any, keys: Any) -> None:
-        """Remember batch ``batch`` of ``epoch`` (its positions and keys, unconverted)."""
+        """Remember batch ``batch`` of ``epoch`` (its positions and keys, unconverted).
+
+        Keys still to be computed by a function are not kept (null): the function holds
+        the chunk's records, which lineage must not keep alive.
+        """
+        if callable(keys):
+            keys = None
         entries = self.entries
         entries.append((epoch, batch, positions, keys))
         limit = limits.get().max_lineage_batches
@@ -74,8 +81,6 @@ def _key_list(keys: Any, n: int) -> list[Any]:
     """The keys as a list, from any form a batch holds them in."""
     if keys is None:
         return [None] * n
-    if callable(keys):
-        keys = keys()
     if isinstance(keys, list):
         return keys
     if hasattr(keys, "to_pylist"):

@@ -184,6 +184,7 @@ class StatsLog:
         """Drop a pass that delivered nothing (an ``iter()`` probe)."""
         if self.passes and self.passes[-1] is stats:
             self.passes.pop()
+            self.count -= 1  # its number goes to the next pass
 
     def table(self) -> Any:
         """One row per pass and stage (see :meth:`dataio.loader.Loader.stats`)."""
