@@ -61,8 +61,8 @@ def _check_options(
         )
     if not (isinstance(log_errors, bool) or callable(log_errors)):
         raise PlanError(f"log_errors must be True, False or a callable, got {log_errors!r}")
-    if not isinstance(stats, bool):
-        raise PlanError(f"stats must be True or False, got {stats!r}")
+    if stats is not None and not isinstance(stats, bool):
+        raise PlanError(f"stats must be True, False or None, got {stats!r}")
     for name, value in (("seed", seed), ("epoch", epoch)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise PlanError(f"{name} must be a non-negative integer, got {value!r}")
@@ -101,7 +101,7 @@ class Loader:
         shard: Mapping[str, Any] | str | None,
         max_prefetch_bytes: int | None,
         device: str | None,
-        stats: bool = True,
+        stats: bool | None = None,
         progress: bool | str | None = None,
     ) -> None:
         if device is not None and output == "torch":
@@ -123,6 +123,8 @@ class Loader:
         ]
         self._media_slots = tuple(name for name, _ in media)
         self._media_ops = tuple(op for _, op in media)
+        if stats is None:  # off where a batch costs microseconds (passthrough columns only)
+            stats = bool(plan.record_maps) or not all(k.passthrough for k in self._kernels)
         self._collect_stats = stats
         self._stats_log = StatsLog()
         self._rejects = RejectLog(dict(media))
@@ -183,6 +185,7 @@ class Loader:
             )
         self._last_stats = stats
         self._rejects.begin(self._epoch)
+        self._lineage.begin()
         source = _projected(self.source.at_epoch(self._epoch), self._kernels, self.plan)
         chunks = plan_chunks(source, self.plan.shape, self.shard, self._consumed)
         if self.select_chunks is not None:
@@ -254,6 +257,11 @@ class Loader:
                 stats.last_return_ns = None
         try:
             job = executor.next_job()
+            fetched = 0
+            if stats is not None:
+                fetched = perf_counter_ns()
+                if executor.inline:  # the executor times its waits and reads otherwise
+                    stats.source_ns += fetched - entered
             if job is None:
                 self._finish(current)
                 raise StopIteration
@@ -264,7 +272,7 @@ class Loader:
                 self._consumed += job.size
             last = executor.drained
             try:
-                item = self._deliver(job, current)
+                item = self._deliver(job, current, fetched)
             except BatchFailedError:
                 # a failed batch is consumed like any other: the pass goes on (or, when
                 # it was the last one, ends)
@@ -309,15 +317,16 @@ class Loader:
         mine = rounds + (1 if rest and self.shard.pad else 0)
         return mine // shape.size if shape.drop_last else math.ceil(mine / shape.size)
 
-    def _deliver(self, job: Any, current: _Pass) -> Any:
+    def _deliver(self, job: Any, current: _Pass, fetched: int) -> Any:
+        """Build the item; ``fetched``: when the job was taken (stats on)."""
         epoch, number, stats = current.epoch, current.batches, current.stats
         current.batches += 1
-        self._rejects.seen(epoch, number, job.size)
+        self._rejects.seen(number, job.size)
         if stats is None:
             return self._build(job, epoch)
         stats.batches += 1
         stats.rows += job.size
-        return self._build_timed(job, epoch, number, stats)
+        return self._build_timed(job, epoch, number, stats, fetched)
 
     def _build(self, job: Any, epoch: int) -> Any:
         batch = assemble(job, self._policy, self._unstacked)
@@ -335,14 +344,15 @@ class Loader:
             item = batch_map.fn(item)
         return item
 
-    def _build_timed(self, job: Any, epoch: int, number: int, stats: PassStats) -> Any:
+    def _build_timed(
+        self, job: Any, epoch: int, number: int, stats: PassStats, fetched: int
+    ) -> Any:
         """:meth:`_build`, timing each step and recording the batch's lineage."""
-        start = perf_counter_ns()
         try:
             batch = assemble(job, self._policy, self._unstacked)
         finally:
             built = perf_counter_ns()
-            stats.assemble_ns += built - start
+            stats.assemble_ns += built - fetched
         batch.pixels = self._pixels
         if self.plan.batch_ops:
             batch = apply_batch_ops(batch, self.plan.batch_ops, self._seed, epoch)
@@ -396,7 +406,8 @@ class Loader:
         ``consumer``), ``seconds``, ``share`` (of worker time for worker stages, of the
         pass's wall time for consumer-thread stages), and per pass ``wall_seconds``,
         ``worker_seconds``, ``workers``, ``batches`` and ``rows``. The schema metadata
-        ``summary`` is :meth:`bottleneck`. Empty under ``run(..., stats=False)``.
+        ``summary`` is :meth:`bottleneck`. Empty when stats are off (``run(...,
+        stats=False)``, the default for plans of passthrough slots only).
 
         Example:
             >>> loader.stats().to_pandas()  # doctest: +SKIP
@@ -414,7 +425,10 @@ class Loader:
         passes = self._stats_log.passes
         if not passes:
             if not self._collect_stats:
-                return "no stats: the loader runs with stats=False"
+                return (
+                    "no stats: the loader runs with stats=False (the default for plans of "
+                    "passthrough slots only); run(..., stats=True) collects them"
+                )
             return "no pass ran yet"
         return bottleneck_line(passes[-1])
 
@@ -426,7 +440,7 @@ class Loader:
         caller received them: the step index of a training loop, counting from the
         checkpoint's batch on resume), ``row`` (in the batch, after batch transforms
         such as a shuffle), ``position`` (in the unsharded stream) and ``key``. Rows
-        dropped under ``on_failure="skip"`` are absent. Empty under ``stats=False``.
+        dropped under ``on_failure="skip"`` are absent. Empty when stats are off.
 
         Example:
             >>> table = loader.lineage()  # doctest: +SKIP

@@ -111,8 +111,12 @@ def test_a_slow_consumer_is_named(photos: list[dict[str, Any]]) -> None:
     assert "the loader kept up" in line
 
 
-def test_decoding_is_named_when_the_consumer_waits(photos: list[dict[str, Any]]) -> None:
-    with image_pipe(8).bind(photos).run("numpy") as loader:
+def test_decoding_is_named_when_the_consumer_waits(tmp_path: Path) -> None:
+    # large photos: each decode takes milliseconds, far above a task handoff even on a
+    # loaded machine, so the workers are busy decoding
+    paths = make_jpegs(tmp_path, 16, min_side=900, max_side=1200, seed=6)
+    photos = [{"image": str(p), "key": p.stem} for p in paths]
+    with image_pipe(4).bind(photos).run("numpy") as loader:
         one_pass(loader)
         line = loader.bottleneck()
     assert LINE.match(line), line
@@ -157,7 +161,7 @@ def test_a_slow_source_is_named() -> None:
             yield {"x": i, "key": f"r{i}"}
 
     pipe = dataio.pipeline(dataio.slot("x").passthrough(), dataio.batch(8))
-    with pipe.bind(records).run("numpy") as loader:
+    with pipe.bind(records).run("numpy", stats=True) as loader:
         wall, _ = one_pass(loader)
         line = loader.bottleneck()
         rows = rows_of(loader.stats())
@@ -231,7 +235,7 @@ def test_lineage_keeps_the_newest_batches(photos: list[dict[str, Any]]) -> None:
 def test_lineage_of_arrow_rows_reads_the_key_column() -> None:
     table = pa.table({"x": list(range(10)), "key": [f"a{i}" for i in range(10)]})
     pipe = dataio.pipeline(dataio.slot("x").passthrough(), dataio.batch(4))
-    with pipe.bind(table).run("numpy") as loader:
+    with pipe.bind(table).run("numpy", stats=True) as loader:
         _, seen = one_pass(loader)
         lineage = loader.lineage()
     assert lineage.column("key").to_pylist() == [k for _, keys in seen for k in keys]
@@ -243,11 +247,24 @@ def test_lineage_of_python_records_without_media_slots() -> None:
     unkeyed = [{"x": i} for i in range(10)]
     pipe = dataio.pipeline(dataio.slot("x").passthrough(), dataio.batch(4))
     for records, keys in ((keyed, [f"r{i}" for i in range(10)]), (unkeyed, [None] * 10)):
-        with pipe.bind(records).run("numpy") as loader:
+        with pipe.bind(records).run("numpy", stats=True) as loader:
             _, seen = one_pass(loader)
             lineage = loader.lineage()
         assert lineage.column("key").to_pylist() == keys == [k for _, ks in seen for k in ks]
         assert lineage.column("position").to_pylist() == list(range(10))
+
+
+def test_stats_default_to_off_only_for_passthrough_plans(photos: list[dict[str, Any]]) -> None:
+    columns = dataio.pipeline(dataio.slot("key").passthrough(), dataio.batch(8))
+    with columns.bind(photos[:16]).run("numpy") as loader:
+        one_pass(loader)
+        assert loader.stats().num_rows == 0 and loader.lineage().num_rows == 0
+        assert "run(..., stats=True)" in loader.bottleneck()
+    mapped = dataio.pipeline(dataio.map(dict), dataio.slot("key").passthrough(), dataio.batch(8))
+    for pipe in (image_pipe(), mapped):
+        with pipe.bind(photos[:16]).run("numpy") as loader:
+            one_pass(loader)
+            assert loader.stats().num_rows > 0 and loader.lineage().num_rows == 16
 
 
 def test_stats_off_keeps_rejects_only(photos: list[dict[str, Any]], tmp_path: Path) -> None:
@@ -259,5 +276,5 @@ def test_stats_off_keeps_rejects_only(photos: list[dict[str, Any]], tmp_path: Pa
         assert loader.stats().num_rows == 0 and loader.lineage().num_rows == 0
         assert "stats=False" in loader.bottleneck()
         assert loader.rejects().column("key").to_pylist() == ["broken"]
-    with pytest.raises(PlanError, match="stats must be True or False"):
+    with pytest.raises(PlanError, match="stats must be True, False or None"):
         image_pipe().bind(records).run("numpy", stats=1)  # type: ignore[arg-type]

@@ -312,8 +312,6 @@ class Executor:
         if self._deferred is not None:
             error, self._deferred = self._deferred, None
             raise error
-        stats = self._stats
-        start = 0 if stats is None else perf_counter_ns()
         chunk = self._next_chunk
         if chunk is None and not self._exhausted:
             chunk = next(self._chunks, None)
@@ -321,22 +319,23 @@ class Executor:
             self._exhausted = True
             return None
         job = self._job(chunk)
-        built = 0 if stats is None else perf_counter_ns()
-        if not job.arrow:
-            self._run_rows(job, range(job.size))
-        else:  # passthrough columns of Arrow rows: taken whole already
+        if job.arrow:  # passthrough columns of Arrow rows: taken whole already
             job.remaining, job.done = 0, True
-        gathered = 0 if stats is None else perf_counter_ns()
+        elif self._stats is None:
+            self._run_rows(job, range(job.size))
+        else:
+            # the loader counts this whole call as source; gathering the columns of
+            # Python records is batch assembly
+            start = perf_counter_ns()
+            self._run_rows(job, range(job.size))
+            gathered = perf_counter_ns() - start
+            self._stats.assemble_ns += gathered
+            self._stats.source_ns -= gathered
         try:
             self._next_chunk = next(self._chunks, None)
         except Exception as exc:
             self._next_chunk, self._deferred = None, exc
             return job
-        finally:
-            if stats is not None:
-                # the consumer thread gathered the columns itself: batch assembly
-                stats.source_ns += built - start + perf_counter_ns() - gathered
-                stats.assemble_ns += gathered - built
         if self._next_chunk is None:
             self._exhausted = True
         return job
@@ -464,6 +463,12 @@ class Executor:
                     step = _rows_per_task(job.size, self._limit) if job.arrow else 1
                     self._queue.extend((job, rows[row : row + step]) for row in rows[::step])
             self._admit()
+
+    @property
+    def inline(self) -> bool:
+        """Whether :meth:`next_job` builds each batch on the caller's thread (plans of
+        passthrough slots only, without record maps): the whole call reads the source."""
+        return self._inline
 
     @property
     def drained(self) -> bool:

@@ -22,8 +22,15 @@ class Lineage:
     """Batch number -> sample positions and keys, for a loader's newest batches."""
 
     def __init__(self) -> None:
-        self.entries: deque[tuple[int, int, Any, Any]] = deque()
+        self.entries: deque[tuple[int, int, Any, Any]] = deque(maxlen=1)
         self.dropped = 0
+
+    def begin(self) -> None:
+        """Start a pass: take ``limits.max_lineage_batches`` as it now stands."""
+        limit = limits.get().max_lineage_batches
+        if self.entries.maxlen != limit:
+            self.dropped += max(len(self.entries) - limit, 0)
+            self.entries = deque(self.entries, maxlen=limit)
 
     def record(self, epoch: int, batch: int, positions: Any, keys: Any) -> None:
         """Remember batch ``batch`` of ``epoch`` (its positions and keys, unconverted).
@@ -31,14 +38,10 @@ class Lineage:
         Keys still to be computed by a function are not kept (null): the function holds
         the chunk's records, which lineage must not keep alive.
         """
-        if callable(keys):
-            keys = None
         entries = self.entries
-        entries.append((epoch, batch, positions, keys))
-        limit = limits.get().max_lineage_batches
-        while len(entries) > limit:
-            entries.popleft()
+        if len(entries) == entries.maxlen:
             self.dropped += 1
+        entries.append((epoch, batch, positions, None if callable(keys) else keys))
 
     def table(self) -> Any:
         """One row per sample: ``epoch``, ``batch``, ``row`` (in the batch), ``position``

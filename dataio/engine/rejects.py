@@ -43,18 +43,6 @@ REJECT_COLUMNS = (
 Entry = tuple[Any, ...]
 
 
-class _Tally:
-    """Exact counts of one pass, for its summary line."""
-
-    __slots__ = ("batches", "epoch", "outcomes", "rows", "types")
-
-    def __init__(self, epoch: int) -> None:
-        self.epoch = epoch
-        self.rows = self.batches = 0
-        self.types: Counter[str] = Counter()
-        self.outcomes: Counter[str] = Counter()
-
-
 class RejectLog:
     """A loader's rejected rows, over all its passes (the newest ``max_rejects``)."""
 
@@ -63,38 +51,43 @@ class RejectLog:
         self.ops = dict(ops)
         self.entries: deque[Entry] = deque()
         self.dropped = 0
-        self._tally: _Tally | None = None
-        #: the epoch and batch number of the batch being assembled
-        self.epoch = self.batch = 0
+        #: the running pass: its epoch, the number of the batch being assembled, and
+        #: exact counts for its summary line
+        self.epoch = self.batch = self.rows = self.batches = 0
+        self.types: Counter[str] = Counter()
+        self.outcomes: Counter[str] = Counter()
+        self._open = False
 
     # -- a pass ---------------------------------------------------------------------
 
     def begin(self, epoch: int) -> None:
         """Start counting a pass of ``epoch``."""
-        self._tally = _Tally(epoch)
+        self.epoch, self.batch, self.rows, self.batches = epoch, 0, 0, 0
+        self.types, self.outcomes = Counter(), Counter()
+        self._open = True
 
-    def seen(self, epoch: int, batch: int, rows: int) -> None:
-        """Count batch ``batch`` of ``epoch``, about to be assembled, of ``rows`` rows;
-        its bad rows are recorded under that number."""
-        self.epoch, self.batch = epoch, batch
-        tally = self._tally
-        if tally is not None:
-            tally.rows += rows
-            tally.batches += 1
+    def seen(self, batch: int, rows: int) -> None:
+        """Count batch ``batch`` (of ``rows`` rows), about to be assembled: its bad
+        rows are recorded under that number."""
+        self.batch = batch
+        self.rows += rows
+        self.batches += 1
 
     def end(self, *, finished: bool) -> None:
         """Log the pass's summary line; once per pass (a pass that saw no batch: none)."""
-        tally, self._tally = self._tally, None
-        if tally is None or tally.batches == 0:
+        if not self._open:
             return
-        rejected = sum(tally.types.values())
-        plural = "es" if tally.batches != 1 else ""
-        how = "" if finished else f" (abandoned after {tally.batches} batch{plural})"
+        self._open = False
+        if self.batches == 0:
+            return
+        rejected = sum(self.types.values())
+        plural = "es" if self.batches != 1 else ""
+        how = "" if finished else f" (abandoned after {self.batches} batch{plural})"
         if not rejected:
-            row_logger.info("epoch %d%s: no rows rejected of %d", tally.epoch, how, tally.rows)
+            row_logger.info("epoch %d%s: no rows rejected of %d", self.epoch, how, self.rows)
             return
-        outcomes = ", ".join(f"{n} {what}" for what, n in sorted(tally.outcomes.items()))
-        types = ", ".join(f"{name} x{n}" for name, n in tally.types.most_common())
+        outcomes = ", ".join(f"{n} {what}" for what, n in sorted(self.outcomes.items()))
+        types = ", ".join(f"{name} x{n}" for name, n in self.types.most_common())
         dropped = ""
         if self.dropped:
             dropped = (
@@ -102,11 +95,11 @@ class RejectLog:
                 f"(limits.max_rejects={limits.get().max_rejects})"
             )
         # rows skipped are data silently lost: a warning; failed ones raised already
-        level = logging.WARNING if tally.outcomes["skipped"] else logging.INFO
+        level = logging.WARNING if self.outcomes["skipped"] else logging.INFO
         row_logger.log(
             level,
             "epoch %d%s: %d of %d rows rejected (%s): %s%s; see loader.rejects()",
-            tally.epoch, how, rejected, tally.rows, outcomes, types, dropped,
+            self.epoch, how, rejected, self.rows, outcomes, types, dropped,
         )  # fmt: skip
 
     # -- rows -----------------------------------------------------------------------
@@ -123,14 +116,12 @@ class RejectLog:
         (otherwise its bad rows were skipped). ``stage`` overrides the stage found from
         the error (record maps)."""
         outcome = "failed" if failed else "skipped"
-        tally = self._tally
         limit = limits.get().max_rejects
         for row, error in failures:
             entry = self._entry(job, row, error, self.epoch, self.batch, outcome, stage)
             self.entries.append(entry)
-            if tally is not None:
-                tally.types[entry[7]] += 1
-                tally.outcomes[outcome] += 1
+            self.types[entry[7]] += 1
+            self.outcomes[outcome] += 1
         while len(self.entries) > limit:
             self.entries.popleft()
             self.dropped += 1
