@@ -184,7 +184,12 @@ def _stage(job: BatchJob, row: int, error: BaseException) -> str:
 
 def _message(error: BaseException) -> str:
     """The error's own message, without the record prefix ``DataioError`` adds."""
-    return BaseException.__str__(error) or type(error).__name__
+    message = str(error)
+    if isinstance(error, DataioError):
+        where = error.where()
+        if where and message.startswith(f"{where}: "):
+            message = message[len(where) + 2 :]
+    return message or type(error).__name__
 
 
 def _record(job: BatchJob, row: int) -> Any:
