@@ -2,7 +2,8 @@
 
 A :class:`LazyFrame` is a value: every method returns a new frame and nothing reads data
 until a terminal runs (``collect``, ``collect_arrow_reader``, ``to_polars``,
-``to_torch``/``to_numpy``, iteration, ``__arrow_c_stream__``, ``explain``). Building a
+``to_torch``/``to_numpy``, iteration, ``__arrow_c_stream__``, ``explain``,
+``describe``, ``len()``). Building a
 frame reads each scan's schema from its first file's metadata and checks the plan
 against it, so an unknown column fails where it is written.
 
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from dataio.exceptions import PlanError
 from dataio.io.resolve import remote_prefix, resolve, spec_items
 from dataio.plan import runtime
-from dataio.plan.expr import AGGREGATES, Expr, col
+from dataio.plan.expr import AGGREGATES, Expr, col, count
 from dataio.plan.frame import (
     SOURCES,
     Aggregate,
@@ -38,10 +39,12 @@ from dataio.plan.frame import (
     Select,
     Sort,
     Sql,
+    Unique,
     WithColumns,
     tree,
     walk,
 )
+from dataio.plan.sql_paths import path_tables
 from dataio.sources.base import IndexedSource, Source
 
 if TYPE_CHECKING:
@@ -151,6 +154,7 @@ class LazyFrame(Source):
         if not exprs:
             raise PlanError("select() needs at least one column")
         _no_aggregates(exprs, "select")
+        _unique_names(exprs, "select")
         return self._derive(Select(self._node, tuple(exprs)))
 
     def with_columns(self, *exprs: Expr, **named: Expr | Any) -> LazyFrame:
@@ -169,7 +173,81 @@ class LazyFrame(Source):
         if not items:
             raise PlanError("with_columns() needs at least one expression")
         _no_aggregates(items, "with_columns")
+        _unique_names(items, "with_columns")
         return self._derive(WithColumns(self._node, tuple(items)))
+
+    def drop(self, *columns: str | Sequence[str], strict: bool = True) -> LazyFrame:
+        """All columns but these; with ``strict=False`` names not in the frame are ignored.
+
+        Example:
+            >>> frame.drop("jpeg", "label")  # doctest: +SKIP
+        """
+        names = _names(_flat(columns, "drop"), "drop columns") if columns else []
+        unknown = [n for n in names if n not in self._schema.names]
+        if unknown and strict:
+            raise PlanError(
+                f"drop(): columns {unknown} not found; available columns: {self.columns}"
+            )
+        kept = [n for n in self.columns if n not in names]
+        if not kept:
+            raise PlanError(f"drop({names}) would leave no columns")
+        return self.select(*kept)
+
+    def rename(
+        self, mapping: Mapping[str, str] | Callable[[str], str], *, strict: bool = True
+    ) -> LazyFrame:
+        """Columns renamed by a mapping ``{old: new}`` or a function of the name; the order
+        stays. With ``strict=False`` old names not in the frame are ignored.
+
+        Example:
+            >>> frame.rename({"h": "height"})  # doctest: +SKIP
+        """
+        if callable(mapping) and not isinstance(mapping, Mapping):
+            renames = {name: mapping(name) for name in self.columns}
+        elif isinstance(mapping, Mapping):
+            renames = dict(mapping)
+        else:
+            raise PlanError(f"rename() takes a mapping or a function, got {mapping!r}")
+        for old, new in renames.items():
+            if not isinstance(old, str) or not isinstance(new, str) or not new:
+                raise PlanError(f"rename() maps column names to names, got {old!r}: {new!r}")
+        unknown = [n for n in renames if n not in self._schema.names]
+        if unknown and strict:
+            raise PlanError(
+                f"rename(): columns {unknown} not found; available columns: {self.columns}"
+            )
+        names = [renames.get(n, n) for n in self.columns]
+        clashes = sorted({n for n in names if names.count(n) > 1})
+        if clashes:
+            raise PlanError(f"rename() would make duplicate columns {clashes}")
+        return self.select(*(col(n).alias(renames[n]) if n in renames else n for n in self.columns))
+
+    def unique(
+        self,
+        subset: str | Sequence[str] | None = None,
+        *,
+        keep: Literal["first", "last", "any", "none"] = "any",
+        maintain_order: bool = False,
+    ) -> LazyFrame:
+        """One row per distinct value of ``subset`` (all columns by default), as polars.
+
+        ``keep``: which row of each value stays, ``"first"``, ``"last"``, ``"any"`` (here
+        the first) or ``"none"`` (drop values seen more than once). The kept rows are
+        always in the frame's order, so ``maintain_order`` changes nothing. Nulls equal
+        nulls. It reads the whole input before the first row comes out.
+
+        Example:
+            >>> frame.unique(subset="key", keep="last")  # doctest: +SKIP
+        """
+        if keep not in ("first", "last", "any", "none"):
+            raise PlanError(f"unique keep must be 'first', 'last', 'any' or 'none', got {keep!r}")
+        names = () if subset is None else tuple(_names(subset, "unique subset"))
+        unknown = [n for n in names if n not in self._schema.names]
+        if unknown:
+            raise PlanError(
+                f"unique(): subset columns {unknown} not found; available columns: {self.columns}"
+            )
+        return self._derive(Unique(self._node, names, keep, bool(maintain_order)))
 
     def limit(self, n: int, *, offset: int = 0) -> LazyFrame:
         """At most ``n`` rows after skipping ``offset``, in the frame's order."""
@@ -258,6 +336,62 @@ class LazyFrame(Source):
     def agg(self, *aggs: Expr, **named: Expr) -> LazyFrame:
         """Aggregates over the whole frame: one row."""
         return GroupBy(self, ()).agg(*aggs, **named)
+
+    def count(self) -> LazyFrame:
+        """The number of non-null values of each column: a one-row frame, as polars.
+
+        For the number of rows use ``len(frame)``.
+
+        Example:
+            >>> frame.filter(dataio.col("h") > 512).count().collect()  # doctest: +SKIP
+        """
+        return self.agg(*(col(name).count().alias(name) for name in self.columns))
+
+    def __len__(self) -> int:
+        """The number of rows: from file metadata for an addressable frame
+        (:meth:`by_position`), the records a bare ``scan_numpy``/``scan_npz``/``scan_hdf5``
+        iterates, else by a ``COUNT(*)`` query that reads no column it need not (a
+        filter's columns only)."""
+        known = self.length()
+        if known is not None:
+            return known
+        if isinstance(self._node, FileRecords):
+            # as many rows as iterating gives (a damaged file is one failed record), so
+            # ``list(scan)``, which asks ``len`` first, does not fail on a damaged file
+            return sum(1 for _ in self.iterate())
+        return int(self.agg(count().alias("len")).collect().column(0)[0].as_py())
+
+    def null_count(self) -> LazyFrame:
+        """The number of nulls in each column: a one-row frame, as polars' ``null_count()``."""
+        return self.agg(*(col(name).null_count().alias(name) for name in self.columns))
+
+    def __bool__(self) -> bool:
+        """Always true: a frame is a plan, and its truth never runs it (``len(frame)`` does)."""
+        return True
+
+    def describe(  # polars' describe(): statistics; the plan's description is description()
+        self, percentiles: Sequence[float] | float | None = (0.25, 0.5, 0.75)
+    ) -> pa.Table:
+        """Summary statistics of each column, as polars' ``describe()``: a table with a
+        ``statistic`` column (count, null_count, mean, std, min, the percentiles, max) and
+        one column per frame column.
+
+        Numeric and boolean columns give ``float64`` values (percentiles: the nearest
+        value, as polars); string columns count, null_count, min and max as strings;
+        other columns count and null_count. Runs one aggregate query, plus one sort per
+        numeric column for its percentiles. The plan is :meth:`explain`.
+
+        Example:
+            >>> dataio.scan_parquet("/data/t.parquet").describe()  # doctest: +SKIP
+        """
+        from dataio.summary import describe_frame
+
+        return describe_frame(self, percentiles)
+
+    def description(self) -> dict[str, Any]:
+        """The plan as a JSON-ready description (scans with paths as given, options, steps
+        and expressions): what the frame's :meth:`signature` digests."""
+        return {"source": "frame", "plan": self._node.describe()}
 
     # -- terminals ---------------------------------------------------------------------
 
@@ -520,10 +654,6 @@ class LazyFrame(Source):
             )
         return rows.shuffle(seed=seed, reshuffle_each_epoch=reshuffle_each_epoch)
 
-    def describe(self) -> dict[str, Any]:
-        """The plan: scans (paths as given, options), steps and expressions."""
-        return {"source": "frame", "plan": self._node.describe()}
-
     @property
     def configured(self) -> bool:
         """True when the plan has steps beyond its scans (filters, projections, ...)."""
@@ -700,6 +830,10 @@ def read_feather(path: PathSpec, *, columns: Sequence[str] | None = None) -> pa.
 def sql(query: str, *, functions: Mapping[str, Any] | None = None, **tables: Any) -> LazyFrame:
     """A SQL query over named inputs: frames, file paths and in-memory Arrow data.
 
+    A table can also be a path or glob in single quotes, as in DuckDB and DataFusion:
+    ``SELECT key FROM 'data/*.parquet'`` scans it as :func:`scan` does (format from the
+    extension), and errors name it as written.
+
     Inputs can be a :class:`LazyFrame`, a path (scanned by extension), a
     ``pyarrow.Table`` / ``RecordBatch`` / ``RecordBatchReader``, or anything with
     ``__arrow_c_stream__`` (polars, pandas through pyarrow). dataio's kernels
@@ -716,7 +850,9 @@ def sql(query: str, *, functions: Mapping[str, Any] | None = None, **tables: Any
     """
     if not isinstance(query, str) or not query.strip():
         raise PlanError(f"sql() needs a query string, got {query!r}")
+    _, paths = path_tables(query)  # the engine plans the rewritten text; errors show this
     nodes = tuple((name, _table_node(name, value)) for name, value in tables.items())
+    nodes += tuple((path, scan(path).plan) for path in paths if path not in tables)
     node = Sql(query, nodes, _functions(functions))
     return LazyFrame(node, runtime.engine().plan_schema(node))
 
@@ -810,6 +946,28 @@ def _no_aggregates(exprs: Sequence[Expr], what: str) -> None:
             raise PlanError(
                 f"{what}({expr!r}): aggregates belong in .group_by(...).agg(...) or .agg(...)"
             )
+
+
+def _flat(items: Sequence[Any], what: str) -> list[Any]:
+    out: list[Any] = []
+    for item in items:
+        if isinstance(item, str):
+            out.append(item)
+        elif isinstance(item, Sequence) and not isinstance(item, bytes):
+            out.extend(_flat(item, what))
+        else:
+            raise PlanError(f"{what}() takes column names, got {item!r}")
+    return out
+
+
+def _unique_names(exprs: Sequence[Expr], what: str) -> None:
+    names = [e.output_name() for e in exprs]
+    for name in dict.fromkeys(n for n in names if names.count(n) > 1):
+        shown = ", ".join(e.describe() for e in exprs if e.output_name() == name)
+        raise PlanError(
+            f"{what}(): {shown} all make a column named {name!r}; a derived column keeps "
+            "its leftmost column's name, as in polars: name them with .alias(...)"
+        )
 
 
 def _names(value: str | Sequence[str], what: str) -> list[str]:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from dataio.engine.errors import guard
-from dataio.engine.expressions import POSITION, check_expr, compile_expr, named, seeded
+from dataio.engine.expressions import POSITION, check_expr, column, compile_expr, named, seeded
 from dataio.engine.plain import empty_table
 from dataio.engine.records import records_table
 from dataio.engine.relational import join, sql_plan, unqualified
@@ -33,6 +33,7 @@ from dataio.plan.frame import (
     Select,
     Sort,
     Sql,
+    Unique,
     WithColumns,
     source_schema,
 )
@@ -69,7 +70,10 @@ def row_chain(node: Node) -> tuple[SourceNode, list[Node]] | None:
 
 
 def positioned(node: Node) -> bool:
-    """True when ``node`` is a projection holding seeded chains (they read row positions)."""
+    """True when ``node`` reads row positions: a projection holding seeded chains, or a
+    ``unique`` (it keeps the first or last row of each value, in the input's order)."""
+    if isinstance(node, Unique):
+        return True
     return isinstance(node, Select | WithColumns) and any(seeded(e) for e in node.exprs)
 
 
@@ -89,8 +93,8 @@ def _numbered(table: Any, ctx: Any) -> Any:
     return ctx.from_arrow(table.append_column(POSITION, positions))
 
 
-def _positioned_step(step: Select | WithColumns, df: Any, ctx: Any, mode: Mode) -> Any:
-    """A seeded step over ``df`` (which has the position column, or gets a stand-in
+def _positioned_step(step: Select | WithColumns | Unique, df: Any, ctx: Any, mode: Mode) -> Any:
+    """A seeded step or a ``unique`` over ``df`` (which has the position column, or gets a stand-in
     when only planned), the position column dropped after."""
     import pyarrow as pa
     from datafusion import lit
@@ -116,7 +120,7 @@ def compile_steps(df: Any, steps: list[Node], ctx: Any, mode: Mode) -> Any:
 def apply_step(step: Node, df: Any, ctx: Any, mode: Mode) -> Any:
     """One row-local or relational step over an already compiled input."""
     if positioned(step):
-        assert isinstance(step, Select | WithColumns)
+        assert isinstance(step, Select | WithColumns | Unique)
         return _positioned_step(step, df, ctx, mode)
     return _apply(step, df, ctx, mode)
 
@@ -132,13 +136,13 @@ def _apply(step: Node, df: Any, ctx: Any, mode: Mode) -> Any:
         if mode == "schema":
             check_expr(step.predicate, df, ctx, where)
         with guard(where):
-            return df.filter(compile_expr(step.predicate, ctx))
+            return df.filter(compile_expr(step.predicate, ctx, df))
     if isinstance(step, Select | WithColumns):
         if mode == "schema":
             for expr in step.exprs:
                 check_expr(expr, df, ctx, where)
         with guard(where):
-            exprs = [named(e, ctx) for e in step.exprs]
+            exprs = [named(e, ctx, df) for e in step.exprs]
             return df.select(*exprs) if isinstance(step, Select) else df.with_columns(*exprs)
     if isinstance(step, Sort):
         if mode == "schema":
@@ -146,7 +150,7 @@ def _apply(step: Node, df: Any, ctx: Any, mode: Mode) -> Any:
                 check_expr(key, df, ctx, where)
         with guard(where):
             keys = [
-                compile_expr(k, ctx).sort(ascending=not d, nulls_first=step.nulls_first)
+                compile_expr(k, ctx, df).sort(ascending=not d, nulls_first=step.nulls_first)
                 for k, d in zip(step.keys, step.descending, strict=True)
             ]
             return df.sort(*keys)
@@ -159,9 +163,40 @@ def _apply(step: Node, df: Any, ctx: Any, mode: Mode) -> Any:
                 check_expr(expr, df, ctx, where)
         with guard(where):
             return df.aggregate(
-                [named(k, ctx) for k in step.keys], [named(a, ctx) for a in step.aggs]
+                [named(k, ctx, df) for k in step.keys], [named(a, ctx, df) for a in step.aggs]
             )
+    if isinstance(step, Unique):
+        return _unique(step, df, where)
     raise QueryError(f"cannot apply {where} here")  # pragma: no cover
+
+
+def _unique(step: Unique, df: Any, where: str) -> Any:
+    """The rows :class:`Unique` keeps, in their input order (``df`` has positions).
+
+    One hash aggregate finds each value's first or last position (and its count, for
+    ``keep="none"``); a semi join on those positions keeps the rows. Window functions
+    (``row_number`` per value) sorted every partition and took ~40x longer on 2M rows.
+    """
+    from datafusion import functions as f
+    from datafusion import lit
+
+    names = [n for n in df.schema().names if n != POSITION]
+    missing = [n for n in step.subset if n not in names]
+    if missing:
+        raise QueryError(f"{where}: subset columns {missing} not found; available: {names}")
+    keys = [column(n) for n in step.subset or names]
+    kept, seen = "__dataio_kept", "__dataio_seen"
+    pick = f.max if step.keep == "last" else f.min
+    with guard(where):
+        groups = df.aggregate(keys, [pick(column(POSITION)).alias(kept), f.count().alias(seen)])
+        if step.keep == "none":
+            groups = groups.filter(column(seen) == lit(1))
+        if set(step.subset or names) == set(names):  # the groups are the rows: no join
+            rows = groups.sort(column(kept).sort())
+            return rows.select(*(column(n) for n in names), column(kept).alias(POSITION))
+        groups = groups.select(column(kept))
+        rows = df.join(groups, how="semi", left_on=[POSITION], right_on=[kept])
+        return rows.sort(column(POSITION).sort()).select(*(column(n) for n in [*names, POSITION]))
 
 
 def compile_plan(
@@ -178,7 +213,7 @@ def compile_plan(
         return ctx.from_arrow(materialize(part))
 
     if positioned(node) and mode in ("collect", "stream"):
-        assert isinstance(node, Select | WithColumns)
+        assert isinstance(node, Select | WithColumns | Unique)
         if materialize is None:  # pragma: no cover - a caller bug
             raise QueryError(f"compiling {node.label()} to run needs materialize=")
         return apply_step(node, _numbered(materialize(node.input), ctx), ctx, mode)

@@ -12,11 +12,16 @@ __all__ = ["guard", "is_engine_error", "translate"]
 
 _READ_ERRORS = ("parquet error", "arrow error: parser", "ipc", "json", "csv")
 
-_QUALIFIER = re.compile(r'(?:"\?table\?"|\?table\?|c[0-9a-f]{32}|[A-Za-z_][A-Za-z0-9_]*)\.(?=")')
+# Qualifiers the user never wrote: DataFusion's names for in-memory tables (``c`` and 32
+# hex digits, also unquoted: ``c3969807df....width``) and unnamed inputs (``?table?``),
+# and any qualifier of a quoted column. The user's own ``t.width`` in SQL stays.
+_QUALIFIER = re.compile(
+    r'(?:"\?table\?"|\?table\?|"c[0-9a-f]{32}"|\bc[0-9a-f]{32})\.|(?:[A-Za-z_][A-Za-z0-9_]*)\.(?=")'
+)
 
 
 def _clean(message: str) -> str:
-    message = message.replace("DataFusion error: ", "").strip()
+    message = message.replace("DataFusion error: ", "").replace("datafusion.public.", "").strip()
     return _QUALIFIER.sub("", message)
 
 

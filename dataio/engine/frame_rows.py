@@ -78,7 +78,7 @@ class FrameRows(ReadAhead, IndexedSource):
 
     def describe(self) -> dict[str, Any]:
         """The frame's description: a shuffle or a shard of it keeps the frame's signature."""
-        return self.frame.describe()
+        return self.frame.description()
 
     @property
     def configured(self) -> bool:

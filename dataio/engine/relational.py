@@ -8,6 +8,7 @@ from dataio.engine.errors import guard
 from dataio.engine.expressions import column
 from dataio.exceptions import QueryError
 from dataio.plan.frame import Join, Sql
+from dataio.plan.sql_paths import path_tables, quote_identifier
 
 __all__ = ["join", "sql_plan", "unqualified"]
 
@@ -73,15 +74,17 @@ def sql_plan(node: Sql, inputs: list[tuple[str, Any]], ctx: Any) -> Any:
     from dataio.engine.sql import register_chains, unregister_chains
 
     where = f"sql({node.query!r})"
+    # quoted: a path table's name is the path ("data/*.parquet"), dots and all
+    names = [quote_identifier(name) for name, _ in inputs]
     try:
         register_chains(ctx, node.functions)  # the plan keeps them; the context does not
-        for name, df in inputs:
+        for name, (_, df) in zip(names, inputs, strict=True):
             with guard(where):
                 ctx.register_view(name, df)
         with guard(where):
-            return ctx.sql(node.query)
+            return ctx.sql(path_tables(node.query)[0])
     finally:
         unregister_chains(ctx, node.functions)
-        for name, _ in inputs:
+        for name in names:
             if ctx.table_exist(name):
                 ctx.deregister_table(name)

@@ -118,10 +118,35 @@ def _header(tensors: list[_Tensor], metadata: dict[str, str]) -> bytes:
     return len(text).to_bytes(8, "little") + text
 
 
+# Files this large upload in parts, from the tensors' own memory; smaller ones in one PUT.
+_MULTIPART_BYTES = 16 << 20
+_PART_MIB = 16
+
+
+def _ordered(tensors: list[_Tensor]) -> list[_Tensor]:
+    """Largest alignment first keeps every tensor aligned to its element size."""
+    return sorted(tensors, key=lambda t: (-t.align, t.name))
+
+
 def _write_file(path: str, tensors: list[_Tensor], metadata: dict[str, str]) -> None:
-    """Write one file atomically: a temporary file renamed over ``path``."""
-    # Largest alignment first keeps every tensor aligned to its element size.
-    ordered = sorted(tensors, key=lambda t: (-t.align, t.name))
+    """Write one file atomically: a local temporary file renamed over ``path``, or one
+    object put whole (object stores show an object whole or not at all)."""
+    ordered = _ordered(tensors)
+    if _remote(path):
+        from dataio.io.verbs import write
+
+        parts = [memoryview(_header(ordered, metadata)), *(t.data for t in ordered)]
+        total = sum(p.nbytes for p in parts)
+        if total >= _MULTIPART_BYTES and not path.startswith(("http://", "https://")):
+            from dataio.io.handles import writer
+
+            # the header and each tensor's bytes as they are, in a multipart upload
+            # completed only when all went up: no file-size buffer is built
+            with writer(path, part_size_mib=_PART_MIB) as out:
+                out.write_chunks(parts)
+        else:  # one PUT (HTTP stores take no multipart uploads)
+            write(path, b"".join(parts))
+        return
     folder = os.path.dirname(os.path.abspath(path))
     fd, temp = tempfile.mkstemp(prefix=".tmp-", suffix=".safetensors", dir=folder)
     try:
@@ -178,6 +203,11 @@ def write_safetensors(
     directory always reads back as what was written. Each file is written to a
     temporary name and renamed, so readers never see a partial file.
 
+    ``path_or_dir`` may be an object store URI (``s3://``, ``gs://``, ``az://``,
+    ``http(s)://``): each file is put as one object, whole or not at all (large ones
+    as a multipart upload from the tensors' own memory), and the stale objects of an
+    earlier layout are found through its index and deleted.
+
     Args:
         path_or_dir: a ``.safetensors`` file path or a directory.
         state_dict: tensor name -> array or tensor (any dtype safetensors stores).
@@ -206,10 +236,19 @@ def write_safetensors(
                 f"tensor names must be non-empty strings other than '__metadata__', got {name!r}"
             )
         tensors.append(_Tensor(name, value))
-    if target.endswith(".safetensors") and not os.path.isdir(target):
+    remote = _remote(target)
+    style = ""
+    if not remote and target.startswith("file://"):
+        target, style = _local(target), "file://"  # answered in the style asked
+    if target.endswith(".safetensors") and (remote or not os.path.isdir(target)):
         _write_file(target, tensors, meta)
-        return [target]
-    os.makedirs(target, exist_ok=True)
+        return [style + target]
+    previous: set[str] = set()
+    if remote:
+        target = target.rstrip("/")
+        previous = _previous_layout(target)
+    else:
+        os.makedirs(target, exist_ok=True)
     shards = _shards(tensors, limit)
     if len(shards) == 1:
         names = [SINGLE_NAME]
@@ -219,7 +258,7 @@ def write_safetensors(
         ]
     written = []
     for file, shard in zip(names, shards, strict=True):
-        written.append(os.path.join(target, file))
+        written.append(f"{target}/{file}" if remote else os.path.join(target, file))
         _write_file(written[-1], shard, meta)
     if len(shards) > 1:
         index = {
@@ -228,10 +267,21 @@ def write_safetensors(
                 t.name: file for file, shard in zip(names, shards, strict=True) for t in shard
             },
         }
-        written.append(os.path.join(target, INDEX_NAME))
-        _write_text(written[-1], json.dumps(index, indent=2, sort_keys=True) + "\n")
-    _remove_stale(target, {os.path.basename(p) for p in written})
-    return written
+        text = json.dumps(index, indent=2, sort_keys=True) + "\n"
+        if remote:
+            from dataio.io.verbs import write
+
+            written.append(f"{target}/{INDEX_NAME}")
+            write(written[-1], text.encode())
+        else:
+            written.append(os.path.join(target, INDEX_NAME))
+            _write_text(written[-1], text)
+    keep = {p.rsplit("/", 1)[-1] for p in written}
+    if remote:
+        _remove_stale_remote(target, previous - keep)
+    else:
+        _remove_stale(target, keep)
+    return [style + p for p in written]
 
 
 def _check_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
@@ -250,6 +300,48 @@ def _write_text(path: str, text: str) -> None:
         out.write(text)
     os.chmod(temp, 0o644)
     os.replace(temp, path)
+
+
+def _remote(path: str) -> bool:
+    return "://" in path and not path.startswith("file://")
+
+
+def _local(path: str) -> str:
+    if not path.startswith("file://"):
+        return path
+    from dataio.io.ranged import local_path
+
+    return local_path(path)
+
+
+def _previous_layout(prefix: str) -> set[str]:
+    """The layout objects an earlier write left under ``prefix``: its single file and its
+    index and the shards that index names. Found without listing (HTTP servers rarely
+    list), from the index itself."""
+    from dataio.exceptions import NotFoundError
+    from dataio.io.verbs import read
+
+    found = {SINGLE_NAME}
+    try:
+        index = json.loads(read(f"{prefix}/{INDEX_NAME}"))
+    except NotFoundError:
+        return found
+    except ValueError:  # a damaged index: replaced, its shards unknown
+        return found | {INDEX_NAME}
+    found.add(INDEX_NAME)
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if isinstance(weight_map, dict):
+        found |= {f for f in weight_map.values() if isinstance(f, str) and _SHARD_RE.fullmatch(f)}
+    return found
+
+
+def _remove_stale_remote(prefix: str, stale: set[str]) -> None:
+    """Delete the ``stale`` layout objects of an earlier write under ``prefix``, so the
+    prefix reads back as what was written (deleting a missing object is no error)."""
+    from dataio.io.verbs import delete
+
+    for name in sorted(stale):
+        delete(f"{prefix}/{name}")
 
 
 def _remove_stale(folder: str, keep: set[str]) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import mmap
 import numbers
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from types import EllipsisType
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,7 @@ from dataio.exceptions import (
     PlanError,
 )
 from dataio.formats._scan import Source, file_records, tensor_type, tensor_values
+from dataio.io.ranged import RangedFile, is_local, local_path
 
 if TYPE_CHECKING:
     from dataio.frame import LazyFrame
@@ -99,6 +100,10 @@ def normalize_selection(
 class Hdf5File(Closing):
     """An open HDF5 file; use as a context manager.
 
+    ``path`` may be a URI (``s3://``, ``gs://``, ``az://``, ``http(s)://``, ...): h5py
+    then reads it through a :class:`~dataio.io.ranged.RangedFile`, fetching only the
+    byte ranges the metadata and the selected chunks occupy.
+
     Example:
         >>> with dataio.open_hdf5("/data/arrays.h5") as f:  # doctest: +SKIP
         ...     labels = f.read(key="labels", copy=False)
@@ -108,13 +113,39 @@ class Hdf5File(Closing):
         h5py = _h5py()
         self.path = os.fspath(path)
         self.allow_external = allow_external
-        if not os.path.exists(self.path):
-            raise NotFoundError(f"no such HDF5 file {self.path!r}; check the path")
-        try:
-            self._file = h5py.File(self.path, "r")
-        except OSError as exc:
-            raise FormatError(f"{self.path} is not a readable HDF5 file: {exc}") from None
         self._map: mmap.mmap | None = None
+        # a remote file is read through ranged requests: h5py reads Python file objects
+        self._ranged: RangedFile | None = None
+        if is_local(self.path):
+            self._local: str | None = local_path(self.path)
+            if not os.path.exists(self._local):
+                raise NotFoundError(f"no such HDF5 file {self.path!r}; check the path")
+            source: Any = self._local
+        else:
+            self._local = None
+            source = self._ranged = RangedFile(self.path)  # NotFoundError names the URI
+        try:
+            self._file = h5py.File(source, "r")
+        except (OSError, ValueError, RuntimeError) as exc:
+            if self._ranged is not None:
+                self._ranged.close()
+                self._transport_failure(exc)
+            if isinstance(exc, DataioError):
+                raise
+            raise FormatError(f"{self.path} is not a readable HDF5 file: {exc}") from None
+
+    def _transport_failure(self, exc: BaseException) -> None:
+        """Re-raise the error of a ranged read that failed inside h5py (which turns it
+        into a plain ``OSError``): a dead server is a ``TransportError``, not damage."""
+        failed = self._ranged.take_error() if self._ranged is not None else None
+        if failed is not None:
+            raise failed from exc
+
+    def _raw(self) -> Any:
+        """A new binary file over the same bytes, for the checks that read them directly."""
+        if self._local is not None:
+            return open(self._local, "rb")
+        return RangedFile(self.path, size=self._ranged.size if self._ranged else None)
 
     def keys(self) -> list[str]:
         """Every dataset's path in the file (groups walked recursively), sorted."""
@@ -128,6 +159,7 @@ class Hdf5File(Closing):
         try:
             self._file.visititems(visit)
         except (RuntimeError, KeyError, OSError, ValueError, TypeError) as exc:
+            self._transport_failure(exc)
             raise FormatError(
                 f"cannot list the datasets of {self.path!r}: {exc}; the file may be corrupt"
             ) from None
@@ -140,7 +172,8 @@ class Hdf5File(Closing):
         self._check_links(key)
         try:
             found = self._file.get(key)
-        except (KeyError, ValueError, TypeError, RuntimeError, OSError):
+        except (KeyError, ValueError, TypeError, RuntimeError, OSError) as exc:
+            self._transport_failure(exc)
             found = None
         if not isinstance(found, h5py.Dataset):
             what = "a group" if isinstance(found, h5py.Group) else "not in the file"
@@ -148,6 +181,7 @@ class Hdf5File(Closing):
         try:
             found.shape, found.dtype  # noqa: B018 - a damaged datatype fails here
         except (TypeError, ValueError, OSError, RuntimeError) as exc:
+            self._transport_failure(exc)
             raise FormatError(
                 f"{self.path}: dataset {key!r} has an unreadable shape or type: {exc}"
             ) from None
@@ -229,14 +263,16 @@ class Hdf5File(Closing):
         # disk) and follows vlen heap references: check both first
         _check_size(dataset, index, where)
         try:
-            _check_vlen(self.path, dataset, where)
+            _check_vlen(self._raw, dataset, where)
         except (OSError, ValueError, RuntimeError) as exc:
             if isinstance(exc, DataioError):
                 raise
+            self._transport_failure(exc)
             raise FormatError(f"cannot read {where}: {exc}; the file may be corrupt") from None
         try:
             array = np.asarray(dataset[index] if index else dataset[()])
         except (OSError, ValueError, TypeError, RuntimeError, KeyError) as exc:
+            self._transport_failure(exc)
             raise FormatError(f"cannot read {where}: {exc}; the file may be corrupt") from None
         if array.dtype.kind not in "OV" and not array.dtype.isnative:
             array = array.astype(array.dtype.newbyteorder("="))
@@ -259,10 +295,12 @@ class Hdf5File(Closing):
             return None
         offset = dataset.id.get_offset()
         nbytes = int(np.prod(dataset.shape)) * dtype.itemsize
-        if offset is None or nbytes == 0:
-            return None  # never written (fill value only) or empty: h5py synthesizes it
+        if offset is None or nbytes == 0 or self._local is None:
+            # never written (fill value only) or empty: h5py synthesizes it; a remote
+            # file has no mapping: h5py reads the dataset's ranges
+            return None
         if self._map is None:
-            with open(self.path, "rb") as f:
+            with open(self._local, "rb") as f:
                 self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         if offset + nbytes > len(self._map):
             raise FormatError(
@@ -273,6 +311,8 @@ class Hdf5File(Closing):
     def close(self) -> None:
         """Close the file; arrays read with ``copy=False`` stay valid."""
         self._file.close()
+        if self._ranged is not None:
+            self._ranged.close()
         # Never mmap.close(): arrays view the mapping without pinning it, so closing
         # would unmap live memory. Dropping the reference unmaps once they are gone.
         self._map = None
@@ -291,7 +331,7 @@ def _vlen_base(dataset: Any) -> int | None:
     return None if base is None else np.dtype(base).itemsize
 
 
-def _check_vlen(path: str, dataset: Any, where: str) -> None:
+def _check_vlen(open_raw: Callable[[], Any], dataset: Any, where: str) -> None:
     """Check a contiguous variable-length dataset's heap references before libhdf5 follows
     them: a damaged length or global heap header makes its read spin for minutes."""
     base = _vlen_base(dataset)
@@ -304,8 +344,8 @@ def _check_vlen(path: str, dataset: Any, where: str) -> None:
     if (addr_size, size_size) != (8, 8):
         return
     count = int(np.prod(dataset.shape))
-    with open(path, "rb") as f:
-        file_size = os.fstat(f.fileno()).st_size
+    with open_raw() as f:
+        file_size = f.seek(0, os.SEEK_END)
         if offset + 16 * count > file_size:
             raise FormatError(f"{where}: dataset runs past the end of the file")
         f.seek(offset)

@@ -24,8 +24,11 @@ import numpy as np
 from dataio.exceptions import DataioError, FieldError, FormatError, PlanError
 from dataio.formats._scan import Source, file_records, record_key, tensor_type, tensor_values
 from dataio.io.local import open_file
+from dataio.io.ranged import RangedFile, local_path
+from dataio.io.uri import parse
+from dataio.io.verbs import fetch_into, fetch_whole, head
 from dataio.io.zipmember import LOCAL_HEADER, ZIP_ERRORS, read_member
-from dataio.udfs.tensor import decode_npy
+from dataio.udfs.tensor import decode_npy, parse_npy_header
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -72,6 +75,44 @@ def _owned(array: np.ndarray) -> np.ndarray:
     return np.array(array, dtype=array.dtype.newbyteorder("="), order="K", copy=True)
 
 
+def _remote(path: str | os.PathLike[str]) -> bool:
+    text = os.fspath(path)
+    return "://" in text and not text.startswith("file://")
+
+
+def _local(path: str | os.PathLike[str]) -> str:
+    return local_path(path)
+
+
+def _fetch(uri: str, *, writable: bool) -> Any:
+    """A whole remote object (through the cache), into writable memory if asked."""
+    if not writable:
+        return fetch_whole(parse(uri), uri)
+    data = bytearray(head(uri)["size"])
+    n = fetch_into(uri, data)
+    if n != len(data):
+        raise FormatError(f"{uri} changed size while it was read; retry")
+    return data
+
+
+def _read_remote_npy(uri: str, *, writable: bool) -> np.ndarray:
+    """An NPY object: its header fetched and checked first (a pickled or damaged file is
+    refused before its data is downloaded), then the whole object."""
+    with RangedFile(uri, read_ahead=_NPY_PREFIX) as f:
+        if f.size == 0:
+            raise FormatError(f"{uri} is empty; expected NumPy data")
+        prefix = f.read(min(f.size, _NPY_PREFIX))
+        parse_npy_header(prefix, source=uri, total=f.size)
+        if len(prefix) == f.size:  # a small array: already here whole
+            return decode_npy(bytearray(prefix) if writable else prefix, source=uri)
+    return decode_npy(_fetch(uri, writable=writable), source=uri)
+
+
+# The first bytes of a remote .npy: its header (NumPy pads it to 64 bytes, rarely more
+# than a few hundred) and, for a small array, the whole file.
+_NPY_PREFIX = 64 << 10
+
+
 def read_numpy(path: str | os.PathLike[str], *, mmap: bool = True) -> np.ndarray:
     """Read one ``.npy`` file.
 
@@ -81,14 +122,22 @@ def read_numpy(path: str | os.PathLike[str], *, mmap: bool = True) -> np.ndarray
     memory, unaffected by later changes to the file. Values come back in native byte
     order.
 
+    ``path`` may be a URI (``s3://``, ``gs://``, ``az://``, ``http(s)://``, ...): the
+    header is fetched and checked first, then the object is read into memory
+    (read-only with ``mmap=True``, writable with ``mmap=False``).
+
     Raises:
         FormatError: not NPY, truncated, or holding pickled Python objects.
-        NotFoundError: no such file.
+        NotFoundError: no such file or object.
 
     Example:
         >>> dataio.read_numpy("/data/x.npy").shape  # doctest: +SKIP
         (1000, 128)
     """
+    if _remote(path):
+        array = _read_remote_npy(os.fspath(path), writable=not mmap)
+        return array if mmap or array.flags.writeable else _owned(array)
+    path = _local(path)
     if not mmap:
         array = decode_npy(_load(path), source=os.fspath(path))
         return array if array.flags.writeable else _owned(array)
@@ -197,6 +246,51 @@ def decode_npz(
     return arrays
 
 
+def _read_remote_members(uri: str, keys: list[str]) -> dict[str, np.ndarray]:
+    """Some arrays of a remote ``.npz``, read by ranges: the zip directory, then each
+    member asked for (a stored member in one range, a compressed one inflated as its
+    bytes arrive)."""
+    arrays: dict[str, np.ndarray] = {}
+    try:
+        with RangedFile(uri) as f:
+            if f.size == 0:
+                raise FormatError(f"{uri} is empty; expected NumPy data")
+            with zipfile.ZipFile(f) as zf:
+                members = _npz_members(zf)
+                for name in keys:
+                    info = members.get(name)
+                    if info is None:
+                        raise FieldError(f"{uri} has no array {name!r}; it holds {sorted(members)}")
+                    where = f"{uri}:{info.filename}"
+                    if info.compress_type == zipfile.ZIP_STORED and not info.flag_bits & 1:
+                        stored = f.pread(_member_start(f, info, uri), info.file_size)
+                        arrays[name] = decode_npy(stored, source=where)
+                    else:
+                        data = read_member(zf, info, archive_size=f.size, where=where)
+                        arrays[name] = decode_npy(memoryview(data).toreadonly(), source=where)
+    except DataioError:
+        raise
+    except ZIP_ERRORS as exc:
+        raise FormatError(
+            f"{uri!r} is not a readable .npz (zip) archive: {type(exc).__name__}: {exc}"
+        ) from exc
+    return arrays
+
+
+def _member_start(f: RangedFile, info: zipfile.ZipInfo, source: str) -> int:
+    """Where a stored member's bytes start in a remote archive (its local header read)."""
+    header = f.pread(info.header_offset, LOCAL_HEADER.size)
+    if len(header) < LOCAL_HEADER.size:
+        raise FormatError(f"{source}: member {info.filename!r} starts past the end of the file")
+    signature, name_len, extra_len = LOCAL_HEADER.unpack_from(header, 0)
+    if signature != b"PK\x03\x04":
+        raise FormatError(f"{source}: member {info.filename!r} has a corrupt local header")
+    start = info.header_offset + LOCAL_HEADER.size + name_len + extra_len
+    if start + info.file_size > f.size:
+        raise FormatError(f"{source}: member {info.filename!r} is truncated")
+    return start
+
+
 def read_npz(
     path: str | os.PathLike[str],
     *,
@@ -204,6 +298,10 @@ def read_npz(
     mmap: bool = True,
 ) -> dict[str, np.ndarray]:
     """Read the arrays of an ``.npz`` archive into a dict (names without ``.npy``).
+
+    ``path`` may be a URI. With ``keys``, a remote archive is read by ranges: its zip
+    directory, then only those members; without, it is read whole into memory (through
+    the local cache when ``DATAIO_CACHE_DIR`` is set).
 
     Members stored uncompressed (``np.savez``) are read-only views of a file mapping;
     compressed members (``np.savez_compressed``) are inflated, under the limits of
@@ -220,7 +318,16 @@ def read_npz(
     """
     if isinstance(keys, str):
         raise PlanError(f"keys= takes a list of names, got the string {keys!r}")
-    arrays = decode_npz(_map(path), source=os.fspath(path), keys=keys)
+    if _remote(path) and keys is not None:
+        arrays = _read_remote_members(os.fspath(path), list(keys))
+    elif _remote(path):
+        uri = os.fspath(path)
+        data = _fetch(uri, writable=False)
+        if not len(data):
+            raise FormatError(f"{uri} is empty; expected NumPy data")
+        arrays = decode_npz(data, source=uri, keys=keys)
+    else:
+        arrays = decode_npz(_map(_local(path)), source=os.fspath(path), keys=keys)
     return arrays if mmap else {name: _owned(a) for name, a in arrays.items()}
 
 

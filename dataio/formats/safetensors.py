@@ -18,6 +18,7 @@ import json
 import mmap
 import os
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 import numpy as np
@@ -34,7 +35,10 @@ from dataio.formats._devices import cuda_target, gds_available, gds_info, to_dev
 from dataio.formats._safetensors_write import INDEX_NAME, parse_size, write_safetensors
 from dataio.io import read_bytes
 from dataio.io.local import open_file
+from dataio.io.ranged import RangedFile, is_local, local_path
 from dataio.io.resolve import glob_in
+from dataio.io.uri import parse
+from dataio.io.verbs import exists, fetch_whole, glob
 from dataio.plan.ops import choice
 from dataio.udfs.tensor import (
     SafetensorsHeader,
@@ -130,6 +134,90 @@ class _MappedFile:
         self._maps.clear()
 
 
+class _RemoteFile:
+    """One remote safetensors file: its header read by ranges, tensors fetched on demand.
+
+    Only the header and the tensors asked for cross the network: a few requested
+    tensors are fetched as their own byte ranges (neighbours merged into one request);
+    when they add up to most of the file, the whole object is fetched once (in
+    parallel ranges, through the local cache when ``DATAIO_CACHE_DIR`` is set).
+    """
+
+    def __init__(self, uri: str) -> None:
+        self.path = uri
+        self._file = RangedFile(uri, read_ahead=_HEADER_READ)
+        self.size = self._file.size
+        try:
+            length = safetensors_header_length(self._file.read(8), self.size, source=uri)
+            raw = self._file.read(length)
+            if len(raw) != length:
+                raise FormatError(f"{uri} shrank while its header was read; retry")
+            self.header: SafetensorsHeader = parse_safetensors_header(raw, self.size, source=uri)
+        except BaseException:
+            self._file.close()
+            raise
+
+    def fetch(self, entries: list[TensorEntry]) -> dict[str, memoryview]:
+        """The bytes of ``entries``, each a view of what was fetched, by tensor name."""
+        if self._file.closed:
+            raise DataioError(f"{self.path} is closed; open it again to read")
+        wanted = sorted((e for e in entries if e.nbytes), key=lambda e: e.start)
+        if not wanted:
+            return {}
+        if sum(e.nbytes for e in wanted) >= self.size * _WHOLE_FRACTION:
+            whole = memoryview(fetch_whole(parse(self.path), self.path)).cast("B")
+            if len(whole) != self.size:
+                raise FormatError(f"{self.path} changed size while it was read; retry")
+            return {e.name: whole[e.start : e.end] for e in wanted}
+        spans: list[list[Any]] = []  # [start, end, entries]
+        for e in wanted:
+            if spans and e.start - spans[-1][1] <= _MERGE_GAP:
+                spans[-1][1] = max(spans[-1][1], e.end)
+                spans[-1][2].append(e)
+            else:
+                spans.append([e.start, e.end, [e]])
+
+        def get(span: list[Any]) -> dict[str, memoryview]:
+            start, end, members = span
+            data = memoryview(self._file.pread(start, end - start))
+            if len(data) != end - start:
+                raise FormatError(
+                    f"{self.path}: tensors end at byte {end} but the object now ends at "
+                    f"{start + len(data)}; it was truncated while being read"
+                )
+            return {e.name: data[e.start - start : e.end - start] for e in members}
+
+        out: dict[str, memoryview] = {}
+        if len(spans) == 1:
+            return get(spans[0])
+        with ThreadPoolExecutor(min(8, len(spans))) as pool:
+            for part in pool.map(get, spans):
+                out.update(part)
+        return out
+
+    def array(self, entry: TensorEntry, data: memoryview | None, copy: bool = False) -> np.ndarray:
+        if entry.nbytes == 0 or data is None:
+            return entry_array(b"", _at_zero(entry), source=self.path)
+        return entry_array(bytearray(data) if copy else data, _at_zero(entry), source=self.path)
+
+    def tensor(self, entry: TensorEntry, data: memoryview | None, copy: bool = False) -> Any:
+        if entry.nbytes == 0 or data is None:
+            return _torch_view(lambda: b"", entry, self.path)
+        writable = bytearray(data)  # torch tensors are writable: never a view of bytes
+        return _torch_view(lambda: writable, _at_zero(entry), self.path)
+
+    def close(self) -> None:
+        self._file.close()
+
+
+# The first request of a remote file: the 8-byte length and, usually, the whole header.
+_HEADER_READ = 64 << 10
+# Tensors closer than this are fetched in one range (one round trip beats two).
+_MERGE_GAP = 1 << 20
+# Asked-for tensors covering this much of a file fetch it whole (parallel, cached).
+_WHOLE_FRACTION = 0.5
+
+
 def _at_zero(entry: TensorEntry) -> TensorEntry:
     """The entry of a buffer holding only this tensor's bytes."""
     return TensorEntry(entry.name, entry.dtype, entry.shape, 0, entry.nbytes)
@@ -205,10 +293,14 @@ class SafetensorsFile(Closing):
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
         self.index: dict[str, Any] | None = None
-        self._files: dict[str, _MappedFile] = {}
+        self._files: dict[str, _MappedFile | _RemoteFile] = {}
         self._closed = False
+        self._remote = not is_local(self.path)
         try:
-            if os.path.isdir(self.path):
+            if self._remote:
+                self._where = self._remote_layout()
+            elif os.path.isdir(local_path(self.path)):
+                self.path = local_path(self.path)
                 self._where = self._directory_layout()
             else:
                 single = self._open(self.path)
@@ -216,6 +308,30 @@ class SafetensorsFile(Closing):
         except BaseException:
             self.close()
             raise
+
+    def _remote_layout(self) -> dict[str, str]:
+        """A remote file, or a prefix holding an index or ``*.safetensors`` objects."""
+        if self.path.endswith(".safetensors"):
+            return dict.fromkeys(self._open(self.path).header.tensors, self.path)
+        base = self.path.rstrip("/")
+        index_uri = f"{base}/{INDEX_NAME}"
+        if exists(index_uri):
+            self.index = _read_index(index_uri)
+            return {name: f"{base}/{file}" for name, file in self.index["weight_map"].items()}
+        try:
+            found = glob(base + "/*.safetensors")
+        except DataioError:  # a server that cannot list (plain HTTP): maybe one object
+            if not exists(self.path):
+                raise
+            found = []
+        if not found and exists(self.path):  # one object named without the extension
+            return dict.fromkeys(self._open(self.path).header.tensors, self.path)
+        if not found:
+            raise NotFoundError(
+                f"no object {self.path!r}, and no {INDEX_NAME} or *.safetensors objects "
+                "under it; check the URI"
+            )
+        return self._union(found)
 
     def _directory_layout(self) -> dict[str, str]:
         index_path = os.path.join(self.path, INDEX_NAME)
@@ -231,6 +347,10 @@ class SafetensorsFile(Closing):
                 f"{self.path!r} holds no {INDEX_NAME} and no *.safetensors files; "
                 "point at a checkpoint directory or file"
             )
+        return self._union(found)
+
+    def _union(self, found: list[str]) -> dict[str, str]:
+        """Where each tensor is among ``found`` files, which must not repeat one."""
         where: dict[str, str] = {}
         for file in found:
             for name in self._open(file).header.tensors:
@@ -242,16 +362,16 @@ class SafetensorsFile(Closing):
                 where[name] = file
         return where
 
-    def _open(self, file: str) -> _MappedFile:
+    def _open(self, file: str) -> _MappedFile | _RemoteFile:
         if self._closed:
             raise DataioError(f"{self.path!r} is closed; open it again to read")
         opened = self._files.get(file)
         if opened is None:
-            opened = _MappedFile(file)
+            opened = _RemoteFile(file) if self._remote else _MappedFile(local_path(file))
             self._files[file] = opened
         return opened
 
-    def _entry(self, name: str) -> tuple[_MappedFile, TensorEntry]:
+    def _entry(self, name: str) -> tuple[_MappedFile | _RemoteFile, TensorEntry]:
         file = self._where.get(name)
         if file is None:
             names = list(self._where)
@@ -320,16 +440,35 @@ class SafetensorsFile(Closing):
             raise PlanError(f"keys= takes a list of names, got the string {keys!r}; use key=")
         names = [key] if key is not None else list(self._where if keys is None else keys)
         target = cuda_target(device, framework)
+        found = [(name, *self._entry(name)) for name in names]
+        fetched = self._fetch_remote(found)
         out: dict[str, Any] = {}
-        for name in names:
-            opened, entry = self._entry(name)
-            if framework == "numpy":
+        for name, opened, entry in found:
+            if isinstance(opened, _RemoteFile):
+                data = fetched.get(name)
+                if framework == "numpy":
+                    out[name] = opened.array(entry, data, copy)
+                else:
+                    out[name] = opened.tensor(entry, data, copy)
+            elif framework == "numpy":
                 out[name] = opened.array(entry, copy)
             else:
                 out[name] = opened.tensor(entry, copy)
         if target is not None:
             out = to_device(out, target)
         return out[key] if key is not None else out
+
+    @staticmethod
+    def _fetch_remote(found: list[tuple[str, Any, TensorEntry]]) -> dict[str, memoryview]:
+        """The bytes of the remote tensors in ``found``: one batch of ranges per file."""
+        by_file: dict[int, tuple[_RemoteFile, list[TensorEntry]]] = {}
+        for _, opened, entry in found:
+            if isinstance(opened, _RemoteFile):
+                by_file.setdefault(id(opened), (opened, []))[1].append(entry)
+        fetched: dict[str, memoryview] = {}
+        for opened, entries in by_file.values():
+            fetched.update(opened.fetch(entries))
+        return fetched
 
     def close(self) -> None:
         """Close the files; arrays already read stay valid."""
@@ -389,9 +528,15 @@ def read_safetensors(
     ``device="cuda:N"`` copies each tensor to the GPU through pinned host buffers;
     GPUDirect Storage (see :func:`gds_info`) is not used for this yet.
 
+    ``path_or_dir`` may be a URI (``s3://``, ``gs://``, ``az://``, ``hf://``,
+    ``http(s)://``, ``file://``): the header is fetched by a ranged read, then only the
+    tensors asked for (the whole object when they cover most of it). Remote results are
+    in memory: NumPy arrays read-only unless ``copy=True``, torch tensors writable.
+
     Args:
         path_or_dir: a ``.safetensors`` file or a directory (with or without
-            ``model.safetensors.index.json``).
+            ``model.safetensors.index.json``), local or a URI (a remote "directory"
+            is a prefix).
         keys: the tensors to read (default: all).
         framework: ``"numpy"`` or ``"torch"``.
         device: ``None`` / ``"cpu"`` or ``"cuda:N"`` (torch only).
@@ -399,7 +544,7 @@ def read_safetensors(
 
     Raises:
         FormatError: a header or index is malformed.
-        NotFoundError: the path does not exist.
+        NotFoundError: the path or object does not exist (the message names it).
         DeviceError: ``device`` names a GPU this host lacks.
 
     Example:

@@ -22,8 +22,9 @@ import io
 import os
 import stat
 import struct
+import warnings
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,7 @@ __all__ = [
     "compression_of",
     "compression_option",
     "crc32c",
+    "crc32c_backend",
     "infer_schema",
     "iter_tfrecord",
     "masked_crc32c",
@@ -84,13 +86,9 @@ def _crc_bytes(data: bytes | memoryview, crc: int) -> int:
     return crc
 
 
-def crc32c(data: bytes | bytearray | memoryview) -> int:
-    """The CRC32C checksum of ``data``.
-
-    Example:
-        >>> crc32c(b"123456789") == 0xE3069283
-        True
-    """
+def _table_crc32c(data: bytes | bytearray | memoryview) -> int:
+    """CRC32C from the tables above (NumPy for long inputs): the fallback when no native
+    CRC32C package is installed."""
     view = memoryview(data).cast("B")
     n = len(view)
     if n < 4 * _BLOCK:
@@ -111,9 +109,74 @@ def crc32c(data: bytes | bytearray | memoryview) -> int:
     return crc ^ 0xFFFFFFFF
 
 
+_CRC32C: tuple[str, Callable[[Any], int]] | None = None
+
+
+def crc32c_backend() -> str:
+    """Which implementation :func:`crc32c` uses: ``"crc32c"`` (the ``crc32c`` package),
+    ``"google-crc32c"`` or ``"table"`` (dataio's own, when neither is installed).
+
+    Example:
+        >>> crc32c_backend() in ("crc32c", "google-crc32c", "table")
+        True
+    """
+    return _crc32c_impl()[0]
+
+
+def _crc32c_impl() -> tuple[str, Callable[[Any], int]]:
+    global _CRC32C
+    if _CRC32C is None:
+        _CRC32C = _select_crc32c()
+    return _CRC32C
+
+
+def _select_crc32c() -> tuple[str, Callable[[Any], int]]:
+    """The fastest CRC32C installed: ``crc32c`` where it runs on the CPU's CRC32C
+    instruction (it takes any buffer without a copy), then google-crc32c's C extension
+    (``bytes`` only), then ``crc32c``'s software C, then the table (about 0.1 GB/s;
+    both packages run at several GB/s). google-crc32c's pure-Python mode is slower than
+    the table, so it is passed over."""
+    package: Any
+    try:
+        import crc32c as package
+    except ImportError:
+        package = None
+    if package is not None and getattr(package, "hardware_based", False):
+        return "crc32c", package.crc32c
+    google_crc32c: Any
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # its "pure python" notice
+        try:
+            import google_crc32c
+        except ImportError:
+            google_crc32c = None
+    if google_crc32c is not None and getattr(google_crc32c, "implementation", "") == "c":
+        value = google_crc32c.value
+
+        def google(data: Any) -> int:
+            # its C function takes bytes objects only
+            return int(value(data if isinstance(data, bytes) else bytes(data)))
+
+        return "google-crc32c", google
+    if package is not None:
+        return "crc32c", package.crc32c
+    return "table", _table_crc32c
+
+
+def crc32c(data: bytes | bytearray | memoryview) -> int:
+    """The CRC32C checksum of ``data``, through the ``crc32c`` or ``google-crc32c``
+    package when one is installed (see :func:`crc32c_backend`).
+
+    Example:
+        >>> crc32c(b"123456789") == 0xE3069283
+        True
+    """
+    return _crc32c_impl()[1](data)
+
+
 def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
     """TFRecord's masked CRC32C: rotate right by 15 bits and add ``0xA282EAD8``."""
-    crc = crc32c(data)
+    crc = _crc32c_impl()[1](data)
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from dataio.exceptions import DataioError
+from dataio.io.knobs import object_shards, prepare_runtime, s3_client_options
 from dataio.io.uri import SCHEMES, Location
 
 if TYPE_CHECKING:
@@ -69,8 +70,8 @@ _KEYS = {
 }
 # environment variables each scheme's stores read, so a change builds a new store
 _ENV_PREFIXES = {
-    "s3": ("AWS_",),
-    "r2": ("AWS_",),
+    "s3": ("AWS_", "DATAIO_S3_"),
+    "r2": ("AWS_", "DATAIO_S3_"),
     "gs": ("GOOGLE_",),
     "az": ("AZURE_", "AZURITE_"),
     "hf": ("HF_", "HUGGING_FACE_HUB_TOKEN"),
@@ -279,7 +280,7 @@ def _default_transport() -> Transport:
 
     return Transport(
         readall_chunk_mib=env_int("DATAIO_READALL_CHUNK_MIB", 32),
-        readall_concurrency=env_int("DATAIO_READALL_CONCURRENCY", 8),
+        readall_concurrency=env_int("DATAIO_READALL_CONCURRENCY", object_shards() or 8),
     )
 
 
@@ -386,6 +387,10 @@ def store_for(location: Location) -> ObjectStore:
         )
     store = _stores.get(key)
     if store is None:
+        if scheme == "hf":
+            from dataio.io import hf
+
+            hf.resolve(location)  # may ask the Hub which repository: not under the lock
         with _lock:
             store = _stores.get(key)
             if store is None:
@@ -438,6 +443,7 @@ def _store_credentials(credentials: dict[str, str], **names: str) -> dict[str, A
 def _build(location: Location) -> ObjectStore:
     from obstore.store import LocalStore
 
+    prepare_runtime()  # DATAIO_IO_WORKERS sizes obstore's runtime before its first use
     scheme = location.scheme
     if scheme == "file":
         return LocalStore()
@@ -494,10 +500,12 @@ def _build_s3(location: Location, transport: Transport, credentials: dict[str, s
         or os.environ.get("AWS_ENDPOINT")
         or f"https://{location.authority}.s3.amazonaws.com"
     )
+    options = _options(transport, base)
+    options["client_options"].update(s3_client_options())  # DATAIO_S3_HTTP_VERSION
     return S3Store(
         location.authority,
         config=config,  # type: ignore[arg-type]
-        **_options(transport, base),
+        **options,
     )
 
 
@@ -595,6 +603,8 @@ def _build_hf(location: Location, transport: Transport, credentials: dict[str, s
 
     from dataio.io import hf
 
+    if hf.offline():  # HF_HUB_OFFLINE: the shared cache's snapshot, no network
+        return hf.cache_store(location)
     base = hf.endpoint(_endpoints.get("hf"))
     options = _options(transport, base)
     secret = hf.token(credentials)

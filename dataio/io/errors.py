@@ -35,8 +35,8 @@ _CREDENTIAL_HINTS = {
     "gs": "dataio.configure_credentials('gs', ...) or the GOOGLE_* environment",
     "az": "dataio.configure_credentials('az', ...) or the AZURE_STORAGE_* environment",
     "hf": (
-        "HF_TOKEN or dataio.configure_credentials('hf', bearer_token=...); the "
-        "repository may also be private, gated or missing"
+        "HF_TOKEN, huggingface-cli login or dataio.configure_credentials('hf', "
+        "bearer_token=...); the repository may also be private, gated or missing"
     ),
     "http": "dataio.configure_credentials(scheme, bearer_token=...)",
     "https": "dataio.configure_credentials(scheme, bearer_token=...)",
@@ -78,7 +78,9 @@ def translate(exc: BaseException, uri: object, verb: str) -> DataioError:
     full = str(exc)  # obstore's debug part names the failure kind (Timeout, Connect, ...)
     target = redact(str(uri))
     if isinstance(exc, obx.NotFoundError | FileNotFoundError):
-        return NotFoundError(f"no object at {target!r}; check the path, bucket and key")
+        return NotFoundError(
+            f"no object at {target!r}; check the path, bucket and key{_offline_hint(uri)}"
+        )
     if isinstance(exc, ValueError) and "null byte" in full:
         # os.open refuses a path holding NUL; no file can have such a name
         return NotFoundError(f"no object at {target!r}: the path holds a NUL byte")
@@ -135,6 +137,16 @@ def _summary(exc: BaseException) -> str:
     if len(text) > 300:
         text = text[:300] + "..."
     return redact(text) or type(exc).__name__
+
+
+def _offline_hint(uri: object) -> str:
+    from dataio.io.hf import offline_hint
+    from dataio.io.uri import parse
+
+    try:
+        return offline_hint(parse(str(uri)))
+    except DataioError:
+        return ""
 
 
 def _hint(uri: object) -> str:

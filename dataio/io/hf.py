@@ -1,18 +1,29 @@
-"""Hugging Face Hub locations: ``hf://[datasets/|spaces/]org/name[@revision]/path``.
+"""Hugging Face Hub locations: ``hf://[datasets/|spaces/][owner/]name[@revision]/path``.
 
 Files are read through the Hub's ``resolve`` URLs by an obstore HTTP store (built in
 :mod:`dataio.io.config`), which follows the Hub's redirects to its CDN and drops the
 ``Authorization`` header when a redirect leaves the Hub's origin. Listings use the
 Hub's ``tree`` API, page by page (``Link: rel="next"``). The Hub is read-only here.
+
+The Hub's conventions (those of ``huggingface_hub``): the token comes from ``HF_TOKEN``
+or the file ``huggingface-cli login`` writes; ``HF_ENDPOINT`` names a mirror;
+``HF_HUB_OFFLINE=1`` reads the shared cache (``HF_HUB_CACHE``) and nothing else.
+``owner/name`` without ``@revision`` may also be a repository without owner (``gpt2``)
+and a folder of it: the Hub is asked once which one exists (through ``huggingface_hub``
+when it is installed, else directly), as ``huggingface_hub`` asked before it dropped
+such ids.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
+import ssl
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -27,31 +38,66 @@ from dataio.exceptions import (
 from dataio.io.network import origin, proxy_for, tls_context
 from dataio.io.uri import Location
 
-__all__ = ["DEFAULT_ENDPOINT", "Repo", "endpoint", "keys", "ls", "repo", "resolve_url", "token"]
+__all__ = [
+    "DEFAULT_ENDPOINT",
+    "Repo",
+    "cache_dir",
+    "cache_store",
+    "endpoint",
+    "keys",
+    "ls",
+    "offline",
+    "offline_hint",
+    "repo",
+    "resolve",
+    "resolve_url",
+    "token",
+    "token_path",
+]
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 _TOKEN_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+_OFFLINE_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+_TRUE = ("1", "ON", "YES", "TRUE")
+_COMMIT = re.compile(r"[0-9a-f]{40}")
 _NEXT = re.compile(r'<([^>]+)>\s*;\s*rel="?next"?')
 _MAX_PAGES = 10_000
+_MEMORY_FILE_BYTES = 64 << 20
+# (endpoint, kind, repo id, revision, token) -> whether the Hub has that repository
+_known: dict[tuple[str, str, str, str, str | None], bool] = {}
 
 
 class Repo:
     """The repository of an ``hf`` location: ``kind`` (models, datasets, spaces),
-    ``repo_id`` (``org/name``) and ``revision`` (decoded, default ``main``)."""
+    ``repo_id`` (``owner/name`` or ``name``), ``revision`` (decoded, default ``main``),
+    ``pinned`` (the revision was written) and ``subfolder``: the part of the written
+    repository that is a folder of it (``onnx`` of ``hf://gpt2/onnx/model.onnx``)."""
 
-    __slots__ = ("kind", "repo_id", "revision")
+    __slots__ = ("kind", "pinned", "repo_id", "revision", "subfolder")
 
-    def __init__(self, kind: str, repo_id: str, revision: str) -> None:
+    def __init__(
+        self, kind: str, repo_id: str, revision: str, *, pinned: bool = False, subfolder: str = ""
+    ) -> None:
         self.kind, self.repo_id, self.revision = kind, repo_id, revision
+        self.pinned, self.subfolder = pinned, subfolder
 
     @property
     def url_prefix(self) -> str:
-        """``[datasets/|spaces/]org/name``, as the Hub's file URLs start."""
+        """``[datasets/|spaces/]owner/name``, as the Hub's file URLs start."""
         return self.repo_id if self.kind == "models" else f"{self.kind}/{self.repo_id}"
+
+    @property
+    def folder(self) -> str:
+        """The repository's folder in the shared cache: ``models--owner--name``."""
+        return "--".join([self.kind, *self.repo_id.split("/")])
+
+    def path(self, key: str) -> str:
+        """The path in the repository of ``key``, a key of a location of this repository."""
+        return "/".join(p for p in (self.subfolder, key) if p)
 
 
 def repo(location: Location) -> Repo:
-    """Split an ``hf`` location's authority into its :class:`Repo`.
+    """The repository of an ``hf`` location as written (see :func:`resolve`).
 
     Example:
         >>> from dataio.io.uri import parse
@@ -59,10 +105,31 @@ def repo(location: Location) -> Repo:
         >>> (r.kind, r.repo_id, r.revision)
         ('datasets', 'org/name', 'refs/pr/1')
     """
-    name, _, revision = location.authority.partition("@")
+    name, at, revision = location.authority.partition("@")
     parts = name.split("/")
-    kind = parts.pop(0) if len(parts) == 3 else "models"
-    return Repo(kind, "/".join(parts), unquote(revision) if revision else "main")
+    kind = parts.pop(0) if parts[0] in ("datasets", "spaces") and len(parts) > 1 else "models"
+    return Repo(kind, "/".join(parts), unquote(revision) if at else "main", pinned=bool(at))
+
+
+def resolve(location: Location) -> Repo:
+    """The repository of an ``hf`` location, asking the Hub when the URI leaves it open.
+
+    ``hf://a/b/c`` names the repository ``a/b``, unless the Hub has no ``a/b`` but has
+    ``a``: then it is the file ``b/c`` of ``a`` (``hf://gpt2/config.json``). Answers are
+    remembered for the process; offline, the shared cache decides.
+
+    Example:
+        >>> resolve(parse("hf://gpt2/onnx/model.onnx")).subfolder  # doctest: +SKIP
+        'onnx'
+    """
+    written = repo(location)
+    if written.pinned or "/" not in written.repo_id:
+        return written
+    owner, name = written.repo_id.split("/")
+    bare = Repo(written.kind, owner, written.revision, subfolder=name)
+    if _exists(written) is False and _exists(bare):
+        return bare
+    return written
 
 
 def endpoint(configured: tuple[str, str | None] | None) -> str:
@@ -74,24 +141,233 @@ def endpoint(configured: tuple[str, str | None] | None) -> str:
 
 def token(credentials: dict[str, str]) -> str | None:
     """The bearer token: a configured one, none for ``method="anonymous"``, else
-    ``HF_TOKEN`` (or the older ``HUGGING_FACE_HUB_TOKEN``)."""
+    ``HF_TOKEN`` (or the older ``HUGGING_FACE_HUB_TOKEN``), else the token file that
+    ``huggingface-cli login`` writes (:func:`token_path`)."""
     if "bearer_token" in credentials:
         return credentials["bearer_token"]
     if credentials.get("method") == "anonymous":
         return None
-    return next((os.environ[k] for k in _TOKEN_ENV if os.environ.get(k)), None)
+    found = next((os.environ[k].strip() for k in _TOKEN_ENV if os.environ.get(k)), None)
+    if found:
+        return found
+    try:
+        return Path(token_path()).read_text().strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None  # no login (or an unreadable file): anonymous, as huggingface_hub
+
+
+def _home() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return _expand(os.environ.get("HF_HOME") or os.path.join(base, "huggingface"))
+
+
+def _expand(path: str) -> str:
+    return os.path.expandvars(os.path.expanduser(path))
+
+
+def token_path() -> str:
+    """The token file: ``HF_TOKEN_PATH``, else ``$HF_HOME/token``, else
+    ``~/.cache/huggingface/token`` (``$XDG_CACHE_HOME/huggingface/token``)."""
+    configured = os.environ.get("HF_TOKEN_PATH")
+    return _expand(configured) if configured else os.path.join(_home(), "token")
+
+
+def cache_dir() -> str:
+    """The shared hub cache: ``HF_HUB_CACHE`` (or ``HUGGINGFACE_HUB_CACHE``), else
+    ``$HF_HOME/hub``, else ``~/.cache/huggingface/hub``."""
+    configured = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
+    return _expand(configured) if configured else os.path.join(_home(), "hub")
+
+
+def offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` (or ``TRANSFORMERS_OFFLINE``) forbids the network."""
+    # as huggingface_hub: the first one set decides (HF_HUB_OFFLINE=0 wins)
+    value = next((os.environ[k] for k in _OFFLINE_ENV if os.environ.get(k)), "")
+    return value.strip().upper() in _TRUE
 
 
 def resolve_url(base: str, location: Location) -> str:
-    """The URL that files of ``location``'s repository and revision live under.
+    """The URL that the keys of ``location`` live under (its repository's files at its
+    revision, in its subfolder).
 
     Example:
         >>> from dataio.io.uri import parse
         >>> resolve_url("https://huggingface.co", parse("hf://datasets/o/n@refs/pr/1/x"))
         'https://huggingface.co/datasets/o/n/resolve/refs%2Fpr%2F1'
     """
-    found = repo(location)
-    return f"{base}/{found.url_prefix}/resolve/{quote(found.revision, safe='')}"
+    found = resolve(location)
+    url = f"{base}/{found.url_prefix}/resolve/{quote(found.revision, safe='')}"
+    return url + (f"/{quote(found.subfolder)}" if found.subfolder else "")
+
+
+def cache_store(location: Location) -> Any:
+    """An obstore store over ``location``'s snapshot in the shared cache (offline mode).
+
+    Raises:
+        NotFoundError: the cache holds no snapshot of that repository and revision.
+    """
+    from obstore.store import LocalStore
+
+    found = resolve(location)
+    snapshot = _snapshot(found)
+    if snapshot is None:
+        written = repo(location)
+        also = f" (nor {written.repo_id!r})" if written.repo_id != found.repo_id else ""
+        raise NotFoundError(
+            f"{str(location)!r}: HF_HUB_OFFLINE is set and the Hugging Face cache "
+            f"{cache_dir()!r} holds no {found.kind[:-1]} {found.repo_id!r}{also} at revision "
+            f"{found.revision!r}; download it first (huggingface-cli download) or unset "
+            "HF_HUB_OFFLINE"
+        )
+    folder = os.path.join(snapshot, found.subfolder)
+    if not location.key and os.path.isfile(folder):
+        return _file_store(location, folder)
+    if not os.path.isdir(folder):
+        raise NotFoundError(f"no object at {str(location)!r}{offline_hint(location)}")
+    return LocalStore(prefix=folder)
+
+
+def _file_store(location: Location, path: str) -> Any:
+    # hf://gpt2/config.json is the key "" under "gpt2/config.json", which a local store
+    # cannot serve: hold the (small) file in memory instead
+    import obstore
+    from obstore.store import MemoryStore
+
+    size = os.path.getsize(path)
+    if size > _MEMORY_FILE_BYTES:
+        raise DataioError(
+            f"{str(location)!r}: offline, a top-level file of a repository without owner is "
+            f"held in memory, and this one has {size} bytes; write the revision, which "
+            f"reads it in place: hf://{location.authority.replace('/', '@main/', 1)}"
+        )
+    store = MemoryStore()
+    obstore.put(store, "", Path(path).read_bytes())
+    return store
+
+
+def offline_hint(location: Location) -> str:
+    """What a missing object of ``location`` means: '' online, the cache offline."""
+    if location.scheme != "hf" or not offline():
+        return ""
+    return (
+        f" (HF_HUB_OFFLINE is set: only files in the Hugging Face cache {cache_dir()!r} "
+        "can be read)"
+    )
+
+
+def _snapshot(found: Repo) -> str | None:
+    """The snapshot folder of a repository's revision in the shared cache, if any."""
+    base = os.path.join(cache_dir(), found.folder)
+    commit = found.revision
+    if not _COMMIT.fullmatch(commit):
+        refs = os.path.join(base, "refs")
+        ref = os.path.normpath(os.path.join(refs, commit))
+        if not ref.startswith(refs + os.sep):
+            return None  # "@../x" names no ref
+        try:
+            commit = Path(ref).read_text().strip()
+        except (OSError, UnicodeDecodeError):
+            return None
+    if not _COMMIT.fullmatch(commit):
+        return None  # a damaged ref: not a snapshot of this cache
+    snapshot = os.path.join(base, "snapshots", commit)
+    return snapshot if os.path.isdir(snapshot) else None
+
+
+def _exists(found: Repo) -> bool | None:
+    """Whether the Hub (or offline, the cache) has the repository; None: no answer."""
+    if offline():
+        return os.path.isdir(os.path.join(cache_dir(), found.folder))
+    from dataio.io.config import credentials_for, endpoint_for, transport_for
+
+    base = endpoint(endpoint_for("hf"))
+    secret = token(credentials_for("hf"))
+    key = (base, found.kind, found.repo_id, found.revision, secret)
+    if key not in _known:
+        timeout = transport_for("hf").timeout_secs or 30.0
+        hub = _huggingface_hub(base)
+        answer = (
+            _exists_hub(base, secret, found, timeout)
+            if hub
+            else _exists_api(base, secret, found, timeout)
+        )
+        if answer is None:
+            return None  # ask again next time: the Hub may answer then
+        _known[key] = answer
+    return _known[key]
+
+
+def _huggingface_hub(base: str) -> bool:
+    """Whether to ask through huggingface_hub: installed (0.23 or later) and set up for
+    this endpoint. Its side requests (the agent registry it fetches for its user agent)
+    go to the endpoint it read at import, so another one is asked directly instead."""
+    try:
+        import huggingface_hub.errors  # noqa: F401
+        from huggingface_hub import constants
+    except ImportError:
+        return False
+    return str(constants.ENDPOINT).rstrip("/") == base
+
+
+def _exists_hub(base: str, secret: str | None, found: Repo, timeout: float) -> bool | None:
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    api = HfApi(
+        endpoint=base, token=secret or False, library_name="dataio", library_version=_version()
+    )
+    kind = found.kind[:-1]
+    try:
+        api.repo_info(found.repo_id, repo_type=kind, revision=found.revision, timeout=timeout)
+    except (GatedRepoError, RevisionNotFoundError):
+        return True  # it exists; reading it reports the gate or the revision
+    except RepositoryNotFoundError:
+        return False
+    except Exception:  # unreachable, refused...: the read that follows reports it
+        return None
+    return True
+
+
+def _version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dataio")
+    except PackageNotFoundError:
+        return None
+
+
+def _exists_api(base: str, secret: str | None, found: Repo, timeout: float) -> bool | None:
+    # the request huggingface_hub's repo_info makes
+    revision = quote(found.revision, safe="")
+    url = f"{base}/api/{found.kind}/{found.repo_id}/revision/{revision}"
+    headers = {"Accept": "application/json"}
+    if secret:
+        headers["Authorization"] = f"Bearer {secret}"
+    try:
+        with _opener(url).open(urllib.request.Request(url, headers=headers), timeout=timeout):
+            return True
+    except urllib.error.HTTPError as exc:
+        code = exc.headers.get("X-Error-Code", "")
+        if code in ("GatedRepo", "RevisionNotFound"):
+            return True
+        if code == "RepoNotFound" or exc.code == 401:  # the Hub hides private repos behind 401
+            return False
+        return None
+    except (urllib.error.URLError, OSError):
+        return None
+
+
+def _child(location: Location, found: Repo, path: str) -> str:
+    """The URI of ``path`` (a path in the repository) in the style ``location`` was written."""
+    if not found.subfolder:
+        return location.child(path)
+    kind = "" if found.kind == "models" else f"{found.kind}/"
+    return f"hf://{kind}{found.repo_id}/{path}"
 
 
 def ls(location: Location) -> list[str]:
@@ -101,28 +377,62 @@ def ls(location: Location) -> list[str]:
         >>> ls(parse("hf://datasets/org/name/data/"))  # doctest: +SKIP
         ['hf://datasets/org/name/data/train.parquet', 'hf://datasets/org/name/data/val/']
     """
-    found = []
-    for entry in _tree(location, location.key.strip("/"), recursive=False):
+    found = resolve(location)
+    children = []
+    for entry in _entries(location, found, found.path(location.key.strip("/")), recursive=False):
         path = str(entry["path"])
-        found.append(location.child(path + "/" if entry["type"] == "directory" else path))
-    return sorted(found)
+        children.append(
+            _child(location, found, path + "/" if entry["type"] == "directory" else path)
+        )
+    return sorted(children)
 
 
 def keys(location: Location, prefix: str | None) -> list[str]:
-    """Every file path (not folders) under the folder ``prefix`` of the repository.
+    """Every file (not folder) under the folder ``prefix`` of ``location``, as keys of it.
 
     Example:
         >>> keys(parse("hf://org/model/**/*.safetensors"), None)  # doctest: +SKIP
         ['model-00001-of-00002.safetensors', 'sub/x.safetensors']
     """
-    entries = _tree(location, (prefix or "").strip("/"), recursive=True)
-    return [str(e["path"]) for e in entries if e["type"] == "file"]
+    found = resolve(location)
+    entries = _entries(location, found, found.path((prefix or "").strip("/")), recursive=True)
+    start = len(found.subfolder) + 1 if found.subfolder else 0
+    return [str(e["path"])[start:] for e in entries if e["type"] == "file"]
+
+
+def _entries(
+    location: Location, found: Repo, path: str, *, recursive: bool
+) -> list[dict[str, Any]]:
+    if offline():
+        return _cached_tree(location, found, path, recursive=recursive)
+    return _tree(location, path, recursive=recursive)
+
+
+def _cached_tree(
+    location: Location, found: Repo, path: str, *, recursive: bool
+) -> list[dict[str, Any]]:
+    snapshot = _snapshot(found)
+    if snapshot is None:
+        cache_store(location)  # raises, saying what is missing
+        return []
+    top = os.path.normpath(os.path.join(snapshot, path))
+    if top != snapshot and not top.startswith(snapshot + os.sep):
+        return []  # "..": nothing of this repository lies there
+    entries: list[dict[str, Any]] = []
+    for folder, dirs, files in os.walk(top):
+        rel = os.path.relpath(folder, snapshot).replace(os.sep, "/")
+        rel = "" if rel == "." else rel + "/"
+        if not recursive:
+            entries += [{"type": "directory", "path": rel + d} for d in dirs]
+            dirs.clear()
+        entries += [{"type": "file", "path": rel + f} for f in files]
+    return entries
 
 
 def _tree(location: Location, path: str, *, recursive: bool) -> list[dict[str, Any]]:
     from dataio.io.config import credentials_for, endpoint_for, transport_for
 
-    found = repo(location)
+    found = resolve(location)
     base = endpoint(endpoint_for("hf"))
     url = f"{base}/api/{found.kind}/{found.repo_id}/tree/{quote(found.revision, safe='')}"
     if path:
@@ -148,11 +458,19 @@ def _tree(location: Location, path: str, *, recursive: bool) -> list[dict[str, A
 
 def _opener(url: str) -> urllib.request.OpenerDirector:
     proxy = proxy_for(origin(url))
+    roots = (os.environ.get("SSL_CERT_FILE", ""), os.environ.get("AWS_CA_BUNDLE", ""))
     return urllib.request.build_opener(
         urllib.request.ProxyHandler({"http": proxy, "https": proxy} if proxy else {}),
-        urllib.request.HTTPSHandler(context=tls_context()),
+        urllib.request.HTTPSHandler(context=_tls(roots)),
         _SameOriginRedirects(),
     )
+
+
+@functools.lru_cache(maxsize=4)
+def _tls(roots: tuple[str, str]) -> ssl.SSLContext:
+    """The TLS context for the bundle variables ``roots``: loading a CA bundle costs
+    about 50 ms, once per listing or question to the Hub without this cache."""
+    return tls_context()
 
 
 class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
@@ -208,8 +526,8 @@ def _http_error(status: int, code: str, target: str) -> DataioError:
     if status == 401:
         return AuthenticationError(
             f"ls {target!r}: the Hub refused the request ({code or 401}); the repository "
-            "may be private, gated or missing: set HF_TOKEN or "
-            "dataio.configure_credentials('hf', bearer_token=...)"
+            "may be private, gated or missing: set HF_TOKEN, run huggingface-cli login or "
+            "call dataio.configure_credentials('hf', bearer_token=...)"
         )
     if status == 403:
         return PermissionDeniedError(

@@ -18,6 +18,7 @@ import re
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -44,6 +45,7 @@ __all__ = ["SSEEvent", "Stream", "stream"]
 _MIB = 1 << 20
 DEFAULT_LIMIT = 8 * _MIB
 _CHUNK = 64 << 10
+_READ_AHEAD = 4 * _MIB  # bytes an object-store body is read ahead of its caller
 _DEFAULT_WAIT_SECS = 30.0  # obstore's default request timeout, applied per wait
 _BOM = b"\xef\xbb\xbf"
 
@@ -83,8 +85,11 @@ class Stream(Closing):
 
     :meth:`iter_bytes` (also plain iteration), :meth:`iter_lines`, :meth:`iter_sse`,
     :meth:`read` and :meth:`read_all` all advance one cursor: bytes that one of them
-    buffered and did not hand out are where the next one starts. After :meth:`close`
-    the iterators end and :meth:`read` raises.
+    buffered and did not hand out are where the next one starts. A stream never ends
+    short: a body that breaks off, is reset or ends before its declared size raises
+    :class:`~dataio.exceptions.TransportError` naming the URI and the byte offset, and so
+    does a read under way that :meth:`close` (from another thread) cuts. A read begun
+    after :meth:`close` raises :class:`~dataio.exceptions.DataioError`.
     """
 
     def __init__(self, uri: str, body: _Body, *, line_limit: int, event_limit: int) -> None:
@@ -122,21 +127,36 @@ class Stream(Closing):
     # -- the cursor ----------------------------------------------------------------------
 
     def _next_chunk(self) -> bytes | None:
-        if self._closed or self._eof:
+        """The next body chunk, ``None`` at the end; never ends short without an error."""
+        if self._closed:  # closed while a read was under way
+            raise self._cut()
+        if self._eof:
             return None
         try:
             chunk = self._body.next_chunk()
         except DataioError as exc:
             self._eof = True
             if self._closed:  # close() from another thread cut the pending read
-                return None
+                raise self._cut() from None
             self.close()
-            raise _broken(exc, self._received) from None
-        if chunk is None or self._closed:
+            raise _broken(exc, self.uri, self._received, self.size) from None
+        if self._closed:
             self._eof = True
+            raise self._cut()
+        if chunk is None:
+            self._eof = True
+            if self.size is not None and self._received < self.size:
+                self.close()
+                raise _short(self.uri, self._received, self.size)
             return None
         self._received += len(chunk)
         return chunk
+
+    def _cut(self) -> TransportError:
+        return TransportError(
+            f"stream {redact(self.uri)!r} was closed by close() during a read, at byte "
+            f"{self._received}{_of(self.size)}; open a new stream to read it again"
+        )
 
     def _pull(self) -> bool:
         """Append the next body chunk to the buffer; ``False`` at the end of the body."""
@@ -229,6 +249,7 @@ class Stream(Closing):
             >>> for chunk in dataio.stream("s3://bucket/big.bin").iter_bytes():  # doctest: +SKIP
             ...     digest.update(chunk)
         """
+        self._check_open()
         while True:
             if self._pos < len(self._buf):
                 yield self._take(len(self._buf) - self._pos)
@@ -249,6 +270,7 @@ class Stream(Closing):
             >>> for line in dataio.stream("https://host/log.txt").iter_lines():  # doctest: +SKIP
             ...     print(line)
         """
+        self._check_open()
         while (raw := self._line()) is not None:
             yield self._text(raw)
 
@@ -263,6 +285,7 @@ class Stream(Closing):
             ...     for event in s.iter_sse():
             ...         print(event.event, event.data)
         """
+        self._check_open()
         while (event := self._next_event()) is not None:
             yield event
 
@@ -315,9 +338,13 @@ class Stream(Closing):
 
     def _check_open(self) -> None:
         if self._closed:
-            raise DataioError(
-                f"stream {redact(self.uri)!r} is closed; open a new one to read again"
-            )
+            raise self._closed_error()
+
+    def _closed_error(self) -> DataioError:
+        return DataioError(
+            f"stream {redact(self.uri)!r} is closed (at byte {self._position}); "
+            "open a new one to read again"
+        )
 
     # -- lifetime ------------------------------------------------------------------------
 
@@ -341,15 +368,31 @@ class Stream(Closing):
             self.close()
 
 
-def _broken(exc: DataioError, received: int) -> DataioError:
-    """``exc`` told as a failure part-way through a body, which is never retried."""
-    if received == 0:
-        return exc
+def _broken(exc: DataioError, uri: str, received: int, size: int | None) -> DataioError:
+    """``exc`` told as a failure at byte ``received`` of a body, which is never retried."""
     kind = type(exc) if isinstance(exc, TransportError | TransportTimeoutError) else TransportError
+    target = f"stream {redact(uri)!r}"
+    reason = str(exc)
+    if reason.startswith(target + " "):  # said once, in front
+        reason = reason[len(target) + 1 :].removeprefix("failed: ")
     return kind(
-        f"{exc} after {received} body bytes; a stream is not retried once its body has "
-        "started: open a new stream to read it again"
+        f"{target} broke off at byte {received}{_of(size)}: {reason}; a stream is not "
+        "retried once its body has started: open a new stream to read it again"
     )
+
+
+def _short(uri: str, received: int, size: int) -> TransportError:
+    """A body that ended before the size its response (or file) declared."""
+    return TransportError(
+        f"stream {redact(uri)!r} ended at byte {received} of {size}, short of the size its "
+        "Content-Length (or file size) declared: the server closed the connection early or "
+        "the object shrank; a stream is not retried once its body has started: open a new "
+        "stream to read it again"
+    )
+
+
+def _of(size: int | None) -> str:
+    return "" if size is None else f" of {size}"
 
 
 def stream(
@@ -426,8 +469,12 @@ def _stream_store(loc: Location) -> tuple[ObjectStore, dict[str, Any]]:
     reads), a per-read timeout instead, and no retries: obstore would otherwise resume
     a broken body with a second, ranged request.
     """
+    from obstore.store import LocalStore, MemoryStore
+
     base = store_for(loc)
-    args, kwargs = base.__getnewargs_ex__()  # type: ignore[union-attr]
+    if isinstance(base, LocalStore | MemoryStore):  # hf:// offline: the shared hub cache
+        return base, {"max_retries": 0}
+    args, kwargs = base.__getnewargs_ex__()
     retry = dict(kwargs.get("retry_config") or {})
 
     def build() -> ObjectStore:
@@ -472,7 +519,14 @@ class _ServerError(DataioError):
 
 
 class _StoreBody(_Body):
-    """A body read through obstore (object stores such as S3 and R2)."""
+    """A body read through obstore (object stores such as S3 and R2).
+
+    obstore's blocking iterator cannot be interrupted, so a reader thread pulls the body
+    into a bounded queue and callers wait on the queue, which :meth:`close` wakes. When
+    the caller is slower than the network, one call takes every chunk that has arrived.
+    A reader thread that is itself waiting on the network when the stream closes ends at
+    its next chunk or its read timeout, and drops the connection then.
+    """
 
     def __init__(self, loc: Location, uri: str) -> None:
         import obstore
@@ -492,21 +546,63 @@ class _StoreBody(_Body):
         result = _retrying(open_once, retry, uri)
         self.size = int(result.meta["size"])
         self._chunks: Any = iter(result.stream(min_chunk_size=1))
+        self._ready: deque[Any] = deque()  # obstore Bytes, copied when handed out
+        self._ahead = 0  # bytes in _ready
+        self._end = False
+        self._error: DataioError | None = None
+        self._closed = False
+        self._cond = threading.Condition()
+        self._pump: threading.Thread | None = None
 
     def next_chunk(self) -> bytes | None:
-        chunks = self._chunks
-        if chunks is None:
+        with self._cond:
+            if self._pump is None and not self._closed:
+                self._pump = threading.Thread(target=self._fill, name="dataio-stream", daemon=True)
+                self._pump.start()
+            while not (self._ready or self._end or self._closed):
+                self._cond.wait()
+            if self._closed:
+                return None
+            if self._ready:
+                ready = self._ready
+                # one copy out of obstore's buffers, whether one chunk or many
+                chunk = bytes(ready[0]) if len(ready) == 1 else b"".join(ready)
+                ready.clear()
+                self._ahead = 0
+                self._cond.notify_all()
+                return chunk
+            if self._error is not None:
+                raise self._error
             return None
+
+    def _fill(self) -> None:
+        """The reader thread: the body's chunks into ``_ready``, at most _READ_AHEAD ahead."""
+        chunks, error = self._chunks, None
         try:
-            return bytes(next(chunks))
-        except StopIteration:
-            return None
+            for chunk in chunks:
+                with self._cond:
+                    while self._ahead >= _READ_AHEAD and not self._closed:
+                        self._cond.wait()
+                    if self._closed:
+                        return
+                    self._ready.append(chunk)
+                    self._ahead += len(chunk)
+                    self._cond.notify_all()
         except Exception as exc:
             error = translate(exc, self.uri, "stream")
-        raise error
+        finally:
+            self._chunks = None  # dropping obstore's stream drops the connection
+            with self._cond:
+                self._end, self._error = True, error
+                self._cond.notify_all()
 
     def close(self) -> None:
-        self._chunks = None  # dropping obstore's stream drops the connection
+        with self._cond:
+            self._closed = True
+            self._ready.clear()
+            self._cond.notify_all()
+            if self._pump is None:
+                self._chunks = None  # never read: drop the connection now
 
 
 def _status_5xx(text: str) -> bool:
@@ -528,7 +624,6 @@ class _HttpBody(_Body):
         self._socket = _socket_of(self._response)
         length = self._response.headers.get("Content-Length")
         self.size = int(length) if length and length.isdigit() else None
-        self._got = 0
         self._lock = threading.Lock()
 
     def next_chunk(self) -> bytes | None:
@@ -541,16 +636,9 @@ class _HttpBody(_Body):
             if self._response is None:  # close() from another thread cut this read
                 return None
             raise self._error(exc) from None
-        if chunk:
-            self._got += len(chunk)
-            return chunk
-        if self.size is not None and self._got < self.size and self._response is not None:
-            # read1 ends quietly when the server closes before Content-Length bytes
-            raise TransportError(
-                f"stream {redact(self.uri)!r} failed: the server closed the connection after "
-                f"{self._got} of the {self.size} bytes its Content-Length declared"
-            )
-        return None
+        # read1 ends quietly when the server closes before Content-Length bytes:
+        # Stream checks the count against ``size``
+        return chunk or None
 
     def _error(self, exc: Exception) -> DataioError:
         import http.client

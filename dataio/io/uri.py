@@ -19,7 +19,9 @@ READ_ONLY: tuple[str, ...] = ("hf",)
 
 # Hub repository and organisation names; a revision is any non-empty text
 _HF_NAME = re.compile(r"[\w.-]+")
-_HF_KINDS = ("datasets", "spaces")
+_HF_KINDS = ("models", "datasets", "spaces")
+_HF_GLOB = re.compile(r"[*?[]")
+_HF_SPECIAL_REF = re.compile(r"refs/(?:convert/[\w.-]+|pr/\d+)(?=/|$)")
 
 
 @dataclass(frozen=True)
@@ -28,7 +30,9 @@ class Location:
 
     ``authority`` is the bucket (``s3``, ``r2``, ``gs``), the container (``az``),
     ``host[:port]`` (``http(s)``), the repository as written (``hf``:
-    ``[datasets/|spaces/]org/name[@revision]``) or ``""`` (``file``); ``key`` is the
+    ``[datasets/|spaces/][owner/]name[@revision]``; without ``@revision``,
+    ``owner/name`` may still turn out to be a repository without owner and a folder,
+    which :func:`dataio.io.hf.resolve` settles) or ``""`` (``file``); ``key`` is the
     path inside it, without a leading ``/`` (for ``file`` the absolute path without its
     leading ``/``). ``local_style`` remembers whether a local
     location was written as a plain path, so listings answer in the same form.
@@ -43,6 +47,9 @@ class Location:
         """The URI of another key in the same bucket / host / filesystem, in this style."""
         if self.scheme == "file":
             return "/" + key if self.local_style == "path" else "file:///" + key
+        if self.scheme == "hf" and not key:
+            # the repository itself, or a file of one without owner (hf://gpt2/config.json)
+            return f"hf://{self.authority}"
         return f"{self.scheme}://{self.authority}/{key}"
 
     @property
@@ -87,25 +94,39 @@ def parse(uri: str | os.PathLike[str]) -> Location:
 
 
 def _parse_hf(text: str, rest: str) -> Location:
+    # the grammar of huggingface_hub's parse_hf_uri, plus repositories without an owner
+    # (gpt2): hf://[models/|datasets/|spaces/]ID[@REVISION][/PATH], ID = [owner/]name
     parts = rest.split("/")
-    kind = [parts.pop(0)] if parts[0] in _HF_KINDS else []
-    if len(parts) < 2:
+    kind = parts.pop(0) if parts[0] in _HF_KINDS and len(parts) > 1 and parts[1] else ""
+    if len(parts) == 2 and not parts[1]:
+        parts.pop()  # hf://gpt2/ lists a repository without owner
+    body = "/".join(parts)
+    at = body.find("@")
+    if at == -1 or body[:at].count("/") > 1:  # an "@" past the repository is in a file name
+        # a pattern can only follow a repository (hf://gpt2/*.json)
+        owned = len(parts) > 1 and not _HF_GLOB.search(parts[1])
+        split = 2 if owned else 1
+        repo_id, revision, key = "/".join(parts[:split]), None, "/".join(parts[split:])
+    else:
+        repo_id, after = body[:at], body[at + 1 :]
+        # refs/pr/N and refs/convert/NAME keep their slashes, as huggingface_hub reads
+        # them; any other revision holding a "/" must be written URL-encoded (feature%2Fx)
+        special = _HF_SPECIAL_REF.match(after)
+        revision = special.group() if special else after.partition("/")[0]
+        key = after[len(revision) :].lstrip("/")
+    names = repo_id.split("/")
+    valid = all(_HF_NAME.fullmatch(n) and n not in (".", "..") for n in names)
+    if not body or parts[0] in _HF_KINDS or not valid:
         raise DataioError(
-            f"hf URI {text!r} names no repository: use "
-            "hf://[datasets/|spaces/]org/name[@revision]/path/in/repo"
+            f"hf URI {text!r} does not name a repository: use "
+            "hf://[datasets/|spaces/][owner/]name[@revision]/path/in/repo"
         )
-    org, (name, at, revision), key = parts[0], parts[1].partition("@"), parts[2:]
-    if not (_HF_NAME.fullmatch(org) and _HF_NAME.fullmatch(name)) or (at and not revision):
-        raise DataioError(
-            f"hf URI {text!r} does not name a repository as org/name[@revision]; a model "
-            "without an organisation goes by its full id now (openai-community/gpt2)"
-        )
-    # refs/pr/N and refs/convert/NAME keep their slashes, as huggingface_hub accepts;
-    # any other revision holding a "/" must be written URL-encoded (feature%2Fx)
-    if revision == "refs" and len(key) >= 2 and key[0] in ("pr", "convert"):
-        revision, key = f"refs/{key[0]}/{key[1]}", key[2:]
-    authority = "/".join([*kind, org, name]) + (f"@{revision}" if at else "")
-    return Location("hf", authority, "/".join(key), "")
+    if revision == "":
+        raise DataioError(f"hf URI {text!r} has an empty revision after '@': name one or drop '@'")
+    authority = (f"{kind}/" if kind and kind != "models" else "") + repo_id
+    if revision is not None:
+        authority += f"@{revision}"
+    return Location("hf", authority, key, "")
 
 
 def require_writable(location: Location, verb: str) -> None:

@@ -13,14 +13,18 @@ Example:
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from dataio.exceptions import PlanError
 from dataio.plan import registry
 from dataio.plan.ops import Op
 from dataio.plan.predicates import Predicate
 from dataio.plan.registry.methods import TransformMethods
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = [
     "AGGREGATES",
@@ -29,21 +33,33 @@ __all__ = [
     "ChainExpr",
     "Expr",
     "ImageNamespace",
+    "StringNamespace",
     "TensorNamespace",
+    "as_dtype",
     "col",
     "count",
     "lit",
 ]
 
 #: Aggregate functions an :class:`Expr` can end in, for ``group_by(...).agg(...)``.
-AGGREGATES = ("sum", "mean", "min", "max", "count", "n_unique", "first")
+AGGREGATES = (
+    "sum", "mean", "min", "max", "count", "n_unique", "first", "null_count", "std", "var",
+    "median",
+)  # fmt: skip
+
+#: How :meth:`Expr.is_between` treats its bounds (as polars' ``closed=``).
+CLOSED = ("both", "left", "right", "none")
 
 
 class Expr:
     """An expression over the columns of a frame; build with :func:`col` and :func:`lit`.
 
-    Comparison (``== != < <= > >=``), boolean (``& | ~``) and arithmetic (``+ - * / %``)
+    Comparison (``== != < <= > >=``), boolean (``& | ~``) and arithmetic (``+ - * / // %``)
     operators return new expressions; Python's ``and``/``or``/``not`` cannot be used.
+    Arithmetic follows polars: ``/`` is true division (a float result, also for integer
+    columns), ``//`` floor division and ``%`` the remainder with the divisor's sign; an
+    integer ``//`` or ``%`` by zero is null. A derived column keeps the name of its
+    leftmost column (``col("w") / col("h")`` is ``"w"``), as in polars.
     """
 
     __slots__ = ("args", "op")
@@ -123,8 +139,17 @@ class Expr:
     def __rtruediv__(self, other: Any) -> Expr:
         return self._binary("/", other, reverse=True)
 
+    def __floordiv__(self, other: Any) -> Expr:
+        return self._binary("//", other)
+
+    def __rfloordiv__(self, other: Any) -> Expr:
+        return self._binary("//", other, reverse=True)
+
     def __mod__(self, other: Any) -> Expr:
         return self._binary("%", other)
+
+    def __rmod__(self, other: Any) -> Expr:
+        return self._binary("%", other, reverse=True)
 
     def __invert__(self) -> Expr:
         return Expr("not", self)
@@ -165,13 +190,70 @@ class Expr:
             raise PlanError("is_in takes plain values, not expressions")
         return Expr("is_in", self, items)
 
-    def between(self, low: Any, high: Any) -> Expr:
-        """True where ``low <= value <= high``."""
-        return (self >= low) & (self <= high)
+    def is_between(
+        self,
+        lower_bound: Any,
+        upper_bound: Any,
+        closed: Literal["both", "left", "right", "none"] = "both",
+    ) -> Expr:
+        """True where the value lies between the bounds (values or expressions).
 
-    def cast(self, dtype: Any) -> Expr:
-        """Cast to a ``pyarrow`` data type (e.g. ``pa.float32()``)."""
-        return Expr("cast", self, dtype)
+        ``closed`` says which bounds are included, as in polars: ``"both"`` (the
+        default), ``"left"``, ``"right"`` or ``"none"``.
+
+        Example:
+            >>> frame.filter(dataio.col("h").is_between(256, 512, closed="left"))  # doctest: +SKIP
+        """
+        if closed not in CLOSED:
+            raise PlanError(f"is_between closed must be one of {list(CLOSED)}, got {closed!r}")
+        return Expr("is_between", self, _wrap(lower_bound), _wrap(upper_bound), closed)
+
+    def between(self, low: Any, high: Any) -> Expr:
+        """True where ``low <= value <= high`` (:meth:`is_between` with both bounds)."""
+        return self.is_between(low, high)
+
+    def cast(self, dtype: Any, *, strict: bool = True) -> Expr:
+        """Cast to a type; the column keeps its name.
+
+        With ``strict=True`` (polars' default) a value that does not convert fails the
+        query; with ``strict=False`` it becomes null.
+
+        ``dtype`` is a name (``"float32"``, ``"int64"``, ``"string"``, ``"bool"``,
+        polars' ``"Float32"``/``"Utf8"``..., or any ``pyarrow`` alias such as
+        ``"double"`` or ``"timestamp[ms]"``), a ``pyarrow`` type, a NumPy dtype or scalar
+        type, a polars dtype, or a Python type (``int``, ``float``, ``str``, ``bool``,
+        ``bytes``); see :func:`as_dtype`.
+
+        Example:
+            >>> dataio.col("width").cast("float32") / dataio.col("height")  # doctest: +SKIP
+        """
+        if strict:
+            return Expr("cast", self, as_dtype(dtype))
+        return Expr("cast", self, as_dtype(dtype), False)
+
+    def fill_null(self, value: Any) -> Expr:
+        """The value, or ``value`` (a literal or an expression) where it is null."""
+        return Expr("fill_null", self, _wrap(value))
+
+    def abs(self) -> Expr:
+        """The absolute value."""
+        return Expr("abs", self)
+
+    def round(
+        self,
+        decimals: int = 0,
+        *,
+        mode: Literal["half_to_even", "half_away_from_zero"] = "half_to_even",
+    ) -> Expr:
+        """Rounded to ``decimals`` places; halves go to the even digit by default, as in
+        polars (``mode="half_away_from_zero"``: away from zero)."""
+        if isinstance(decimals, bool) or not isinstance(decimals, int) or decimals < 0:
+            raise PlanError(f"round decimals must be an integer >= 0, got {decimals!r}")
+        if mode not in ("half_to_even", "half_away_from_zero"):
+            raise PlanError(
+                f"round mode must be 'half_to_even' or 'half_away_from_zero', got {mode!r}"
+            )
+        return Expr("round", self, decimals, mode)
 
     def field(self, name: str) -> Expr:
         """A field of a struct column, e.g. ``col("size").field("width")``."""
@@ -190,6 +272,11 @@ class Expr:
         return Expr("call", "image_size", (self,))
 
     # -- op namespaces (chains of registry ops) ---------------------------------------------
+
+    @property
+    def str(self) -> StringNamespace:
+        """String methods, as polars' ``Expr.str``: ``col("key").str.starts_with("a")``."""
+        return StringNamespace(self)
 
     @property
     def image(self) -> ImageNamespace:
@@ -241,23 +328,54 @@ class Expr:
         """The group's first value (in the order rows reach the aggregate)."""
         return Expr("agg", "first", self)
 
+    def null_count(self) -> Expr:
+        """Number of null values in the group."""
+        return Expr("agg", "null_count", self)
+
+    def std(self) -> Expr:
+        """Sample standard deviation (``ddof=1``, as polars) of the group's values."""
+        return Expr("agg", "std", self)
+
+    def var(self) -> Expr:
+        """Sample variance (``ddof=1``, as polars) of the group's values."""
+        return Expr("agg", "var", self)
+
+    def median(self) -> Expr:
+        """Median of the group's values (the mean of the middle two for an even count)."""
+        return Expr("agg", "median", self)
+
     # -- introspection -------------------------------------------------------------------
 
-    def output_name(self) -> str:
-        """The column name this expression produces (its alias, or a derived name)."""
-        if self.op == "alias":
-            return str(self.args[1])
-        if self.op == "col":
-            return str(self.args[0])
-        if self.op == "agg" and self.args[0] != "count_all":
-            return f"{self.args[1].output_name()}_{self.args[0]}"
-        if self.op == "agg":
-            return "count"
-        if self.op == "chain":  # like polars: an op chain keeps its column's name
-            return str(self.args[0].output_name())
+    def output_name(self) -> builtins.str:
+        """The column name this expression produces: its alias, else as polars names it
+        (the leftmost column's name; ``"literal"`` for a literal), except that an
+        aggregate is ``"<column>_<function>"`` (``"w_sum"``) and ``count()`` ``"count"``."""
+        op, args = self.op, self.args
+        if op == "alias":
+            return str(args[1])
+        if op == "col":
+            return str(args[0])
+        if op == "lit":
+            return "literal"
+        if op == "agg":
+            return "count" if args[0] == "count_all" else f"{args[1].output_name()}_{args[0]}"
+        if op == "binary":
+            return str(args[1].output_name())
+        if op == "field":
+            return str(args[1])
+        if op == "str":
+            return str(args[1].output_name())
+        if op in ("not", "neg", "is_null", "is_not_null", "is_in", "is_between", "cast") or op in (
+            "fill_null",
+            "abs",
+            "round",
+        ):
+            return str(args[0].output_name())
+        if op == "chain":  # like polars: an op chain keeps its column's name
+            return str(args[0].output_name())
         return self.describe()
 
-    def columns(self) -> Iterator[str]:
+    def columns(self) -> Iterator[builtins.str]:
         """The names of the columns this expression reads."""
         if self.op == "col":
             yield self.args[0]
@@ -275,7 +393,7 @@ class Expr:
             return bool(self.args[0].is_aggregate())
         return self.op == "agg"
 
-    def describe(self) -> str:
+    def describe(self) -> builtins.str:
         """Stable text for plans, reprs and signatures."""
         op, args = self.op, self.args
         if op == "col":
@@ -292,10 +410,25 @@ class Expr:
             return f"{args[0].describe()}.{op}()"
         if op == "is_in":
             return f"{args[0].describe()}.is_in([{', '.join(_lit_text(v) for v in args[1])}])"
+        if op == "is_between":
+            bounds = f"{args[1].describe()}, {args[2].describe()}"
+            return f"{args[0].describe()}.is_between({bounds}, closed={args[3]!r})"
         if op == "cast":
-            return f"{args[0].describe()}.cast({args[1]})"
+            strict = ", strict=False" if len(args) > 2 else ""
+            return f"{args[0].describe()}.cast({_dtype_text(args[1])}{strict})"
+        if op == "str":
+            params = ", ".join(
+                repr(v) if i < args[3] else f"{k}={v!r}" for i, (k, v) in enumerate(args[2])
+            )
+            return f"{args[1].describe()}.str.{args[0]}({params})"
         if op == "field":
             return f"{args[0].describe()}.field({args[1]!r})"
+        if op == "fill_null":
+            return f"{args[0].describe()}.fill_null({args[1].describe()})"
+        if op == "abs":
+            return f"{args[0].describe()}.abs()"
+        if op == "round":
+            return f"{args[0].describe()}.round({args[1]}, mode={args[2]!r})"
         if op == "alias":
             return f"{args[0].describe()}.alias({args[1]!r})"
         if op == "call":
@@ -308,7 +441,7 @@ class Expr:
             return args[0].describe() + "".join(f".{op!r}" for op in args[1]) + seed
         raise PlanError(f"unknown expression node {op!r}")  # pragma: no cover
 
-    def __repr__(self) -> str:
+    def __repr__(self) -> builtins.str:
         return self.describe()
 
 
@@ -342,6 +475,67 @@ def lit(value: Any) -> Expr:
 def count() -> Expr:
     """The number of rows in each group, for ``group_by(...).agg(dataio.count())``."""
     return Expr("agg", "count_all", None)
+
+
+#: dtype names polars and NumPy users write, lowercased, beyond pyarrow's own aliases
+_DTYPE_NAMES = {
+    "bool": "bool", "boolean": "bool", "str": "string", "string": "string", "utf8": "string",
+    "binary": "binary", "bytes": "binary", "float": "float64", "float16": "float16",
+    "float32": "float32", "float64": "float64", "int8": "int8", "int16": "int16",
+    "int32": "int32", "int64": "int64", "uint8": "uint8", "uint16": "uint16",
+    "uint32": "uint32", "uint64": "uint64", "int": "int64", "date": "date32",
+    "datetime": "timestamp[us]", "null": "null",
+}  # fmt: skip
+_PYTHON_TYPES = {bool: "bool", int: "int64", float: "float64", str: "string", bytes: "binary"}
+
+
+def as_dtype(value: Any) -> pa.DataType:
+    """A ``pyarrow`` type for a dtype as users write it.
+
+    Takes a name (``"float32"``, ``"int64"``, ``"string"``, ``"bool"``, polars' names
+    such as ``"Float32"`` or ``"Utf8"``, or a ``pyarrow`` alias such as ``"double"`` or
+    ``"timestamp[ms]"``), a ``pyarrow`` type, a NumPy dtype or scalar type
+    (``np.float32``), a polars dtype (``pl.Float32``) or a Python type (``int``,
+    ``float``, ``str``, ``bool``, ``bytes``). ``"float"`` and ``float`` are 64-bit, as
+    in NumPy and Python.
+
+    Example:
+        >>> as_dtype("float32")  # doctest: +SKIP
+        DataType(float)
+    """
+    import pyarrow as pa
+
+    if isinstance(value, pa.DataType):
+        return value
+    if isinstance(value, type) and value in _PYTHON_TYPES:
+        return pa.type_for_alias(_PYTHON_TYPES[value])
+    module = (value.__module__ if isinstance(value, type) else type(value).__module__) or ""
+    if module.split(".")[0] == "numpy":
+        import numpy as np
+
+        try:
+            return pa.from_numpy_dtype(np.dtype(value))
+        except (TypeError, ValueError, pa.ArrowNotImplementedError) as exc:
+            raise PlanError(f"cast(): NumPy dtype {value!r} has no Arrow type") from exc
+    if module.split(".")[0] == "polars":
+        value = str(value)
+    if isinstance(value, str):
+        name = _DTYPE_NAMES.get(value.lower(), value)
+        try:
+            return pa.type_for_alias(name)
+        except ValueError:
+            pass
+    raise PlanError(
+        f"cast() takes a dtype name (e.g. 'float32', 'int64', 'string', 'bool'), a pyarrow "
+        f"type, a NumPy dtype, a polars dtype or int/float/str/bool/bytes; got {value!r}"
+    )
+
+
+def _dtype_text(dtype: Any) -> builtins.str:
+    """A type as plans show it: Arrow's names, but ``float32`` for Arrow's ``float``
+    (which reads as Python's 64-bit ``float``)."""
+    text = builtins.str(dtype)
+    return {"halffloat": "float16", "float": "float32", "double": "float64"}.get(text, text)
 
 
 def _wrap(value: Any) -> Expr:
@@ -482,3 +676,130 @@ class BinaryNamespace(_Namespace):
     decode_text = registry.decoder_method(registry.decode_text)
     decode_json = registry.decoder_method(registry.decode_json)
     decode_bytes = registry.decoder_method(registry.decode_bytes)
+
+
+# -- strings -------------------------------------------------------------------------------
+
+_WHITESPACE = " \t\n\r\x0b\x0c"
+
+
+class StringNamespace:
+    r"""``col(...).str``: string methods named and behaving as polars' ``Expr.str``.
+
+    Patterns are regular expressions (Rust ``regex`` syntax, as polars) unless
+    ``literal=True``; lengths and slices count characters unless named ``bytes``.
+
+    Example:
+        >>> frame.filter(dataio.col("key").str.contains(r"^img_\d+$"))  # doctest: +SKIP
+    """
+
+    __slots__ = ("_base",)
+
+    def __init__(self, base: Expr) -> None:
+        self._base = base
+
+    def _op(self, name: str, positional: int = 0, **params: Any) -> Expr:
+        return Expr("str", name, self._base, tuple(params.items()), positional)
+
+    def contains(self, pattern: str, *, literal: bool = False) -> Expr:
+        """True where the value matches the regular expression (or holds ``pattern``)."""
+        return self._op("contains", 1, pattern=_text(pattern, "pattern"), literal=bool(literal))
+
+    def starts_with(self, prefix: str) -> Expr:
+        """True where the value starts with ``prefix``."""
+        return self._op("starts_with", 1, prefix=_text(prefix, "prefix"))
+
+    def ends_with(self, suffix: str) -> Expr:
+        """True where the value ends with ``suffix``."""
+        return self._op("ends_with", 1, suffix=_text(suffix, "suffix"))
+
+    def len_chars(self) -> Expr:
+        """The number of characters (``uint32``)."""
+        return self._op("len_chars")
+
+    def len_bytes(self) -> Expr:
+        """The number of UTF-8 bytes (``uint32``)."""
+        return self._op("len_bytes")
+
+    def lengths(self) -> Expr:
+        """polars' older name of :meth:`len_bytes` (the UTF-8 byte count)."""
+        return self.len_bytes()
+
+    def to_lowercase(self) -> Expr:
+        """The value in lower case."""
+        return self._op("to_lowercase")
+
+    def to_uppercase(self) -> Expr:
+        """The value in upper case."""
+        return self._op("to_uppercase")
+
+    def replace(self, pattern: str, value: str, *, literal: bool = False, n: int = 1) -> Expr:
+        """Replace the first match of ``pattern`` with ``value`` (``$1`` names a group).
+
+        Only ``n=1`` is supported: :meth:`replace_all` replaces every match.
+        """
+        if n != 1:
+            raise PlanError(f"str.replace supports n=1 only, got n={n!r}; use str.replace_all")
+        return self._op(
+            "replace",
+            2,
+            pattern=_text(pattern, "pattern"),
+            value=_text(value, "value"),
+            literal=bool(literal),
+        )
+
+    def replace_all(self, pattern: str, value: str, *, literal: bool = False) -> Expr:
+        """Replace every match of ``pattern`` with ``value``."""
+        return self._op(
+            "replace_all",
+            2,
+            pattern=_text(pattern, "pattern"),
+            value=_text(value, "value"),
+            literal=bool(literal),
+        )
+
+    def slice(self, offset: int, length: int | None = None) -> Expr:
+        """``length`` characters (all by default) from ``offset`` (negative: from the end)."""
+        if isinstance(offset, bool) or not isinstance(offset, int):
+            raise PlanError(f"str.slice offset must be an integer, got {offset!r}")
+        if length is not None and (
+            isinstance(length, bool) or not isinstance(length, int) or length < 0
+        ):
+            raise PlanError(f"str.slice length must be an integer >= 0 or None, got {length!r}")
+        return self._op("slice", 2, offset=offset, length=length)
+
+    def head(self, n: int) -> Expr:
+        """The first ``n`` characters (negative: all but the last ``-n``)."""
+        return self._op("head", 1, n=_integer(n, "str.head n"))
+
+    def tail(self, n: int) -> Expr:
+        """The last ``n`` characters (negative: all but the first ``-n``)."""
+        return self._op("tail", 1, n=_integer(n, "str.tail n"))
+
+    def strip_chars(self, characters: str | None = None) -> Expr:
+        """Remove leading and trailing ``characters`` (whitespace by default)."""
+        return self._op("strip_chars", 1, characters=_strip_set(characters))
+
+    def strip_chars_start(self, characters: str | None = None) -> Expr:
+        """Remove leading ``characters`` (whitespace by default)."""
+        return self._op("strip_chars_start", 1, characters=_strip_set(characters))
+
+    def strip_chars_end(self, characters: str | None = None) -> Expr:
+        """Remove trailing ``characters`` (whitespace by default)."""
+        return self._op("strip_chars_end", 1, characters=_strip_set(characters))
+
+
+def _text(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise PlanError(f"str methods take a string {what}, got {value!r}")
+    return value
+
+
+def _integer(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PlanError(f"{what} must be an integer, got {value!r}")
+    return value
+
+
+def _strip_set(characters: str | None) -> str:
+    return _WHITESPACE if characters is None else _text(characters, "characters")

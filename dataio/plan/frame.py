@@ -29,6 +29,7 @@ __all__ = [
     "Select",
     "Sort",
     "Sql",
+    "Unique",
     "WithColumns",
     "source_schema",
     "tree",
@@ -316,6 +317,33 @@ class Aggregate(Node):
         return {
             "group_by": [k.describe() for k in self.keys],
             "agg": [a.describe() for a in self.aggs],
+            "input": self.input.describe(),
+        }
+
+
+@dataclass(frozen=True, eq=False)
+class Unique(Node):
+    """One row per distinct value of ``subset`` (all columns when empty), as polars'
+    ``unique``: ``keep`` is ``"first"``, ``"last"``, ``"any"`` or ``"none"``; the kept rows
+    stay in the input's order."""
+
+    input: Node
+    subset: tuple[str, ...]
+    keep: str = "any"
+    maintain_order: bool = False
+
+    def children(self) -> tuple[Node, ...]:
+        return (self.input,)
+
+    def label(self) -> str:
+        subset = f"subset={list(self.subset)}, " if self.subset else ""
+        return f"unique({subset}keep={self.keep!r})"
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "unique": list(self.subset),
+            "keep": self.keep,
+            "maintain_order": self.maintain_order,
             "input": self.input.describe(),
         }
 

@@ -36,6 +36,11 @@ class Source:
         """A JSON-ready description of the tracked configuration (for signatures)."""
         raise NotImplementedError
 
+    def description(self) -> dict[str, Any]:
+        """What :meth:`signature` digests: :meth:`describe`, except for a frame, whose
+        ``describe()`` gives statistics as polars' does (its plan is its description)."""
+        return self.describe()
+
     def length(self) -> int | None:
         """The number of records when known without reading them, else ``None``."""
         return None
@@ -80,15 +85,15 @@ class Source:
         return self
 
     def signature(self) -> str:
-        """A stable hex digest of :meth:`describe`."""
-        return source_signature(self.describe())
+        """A stable hex digest of :meth:`description`."""
+        return source_signature(self.description())
 
     def __repr__(self) -> str:
         from dataio.sources.display import source_text
 
         # only an indexed source's length is free; others may have to read to know it
         rows = self.length() if isinstance(self, IndexedSource) else None
-        return source_text(self.describe(), rows)
+        return source_text(self.description(), rows)
 
     def __len__(self) -> int:
         n = self.length()

@@ -68,7 +68,7 @@ class Mapped(_Derived):
 
     def describe(self) -> dict[str, Any]:
         """The parent and the function's name."""
-        return {"map_records": callable_name(self.fn), "of": self.parent.describe()}
+        return {"map_records": callable_name(self.fn), "of": self.parent.description()}
 
 
 class MappedIndexed(Mapped, IndexedSource):
@@ -114,7 +114,7 @@ class FlatMapped(_Derived):
 
     def describe(self) -> dict[str, Any]:
         """The parent and the function's name."""
-        return {"flat_map_records": callable_name(self.fn), "of": self.parent.describe()}
+        return {"flat_map_records": callable_name(self.fn), "of": self.parent.description()}
 
 
 class Filtered(_Derived):
@@ -130,7 +130,7 @@ class Filtered(_Derived):
 
     def describe(self) -> dict[str, Any]:
         """The parent and the predicate's name."""
-        return {"filter": callable_name(self.predicate), "of": self.parent.describe()}
+        return {"filter": callable_name(self.predicate), "of": self.parent.description()}
 
 
 class Concat(Source):
@@ -165,7 +165,7 @@ class Concat(Source):
 
     def describe(self) -> dict[str, Any]:
         """Every child, in order."""
-        return {"concat": [c.describe() for c in self.children]}
+        return {"concat": [c.description() for c in self.children]}
 
     def at_epoch(self, epoch: int) -> Source:
         """Every child as read in ``epoch``."""
@@ -215,7 +215,7 @@ class BufferShuffled(_Derived):
             "buffer_size": self.buffer_size,
             "reshuffle_each_epoch": self.reshuffle,
         }
-        return {"shuffle": settings, "of": self.parent.describe()}
+        return {"shuffle": settings, "of": self.parent.description()}
 
 
 class PermutedSequential(_Derived):
@@ -262,4 +262,4 @@ class PermutedSequential(_Derived):
     def describe(self) -> dict[str, Any]:
         """Shuffle settings and the parent."""
         settings = {"seed": self.seed, "buffer_size": None, "reshuffle_each_epoch": self.reshuffle}
-        return {"shuffle": settings, "of": self.parent.describe()}
+        return {"shuffle": settings, "of": self.parent.description()}

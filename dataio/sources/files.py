@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from dataio.exceptions import (
@@ -82,8 +83,53 @@ def _relative_key(path: str, root: str) -> str:
     return f"{folder}/{stem}" if folder else stem
 
 
+def _remote(text: str) -> bool:
+    return "://" in text and not text.startswith("file://")
+
+
+def _local(text: str) -> str:
+    """A ``file://`` URI's path (a plain path as it is)."""
+    if not text.startswith("file://"):
+        return text
+    from dataio.io.ranged import local_path
+
+    return local_path(text)
+
+
+def _remote_files(pattern: str) -> list[dict[str, str]]:
+    """The objects a remote glob matches (through :func:`dataio.io.verbs.glob`), keyed
+    relative to the pattern's root as local files are."""
+    from dataio.io.uri import parse
+    from dataio.io.verbs import glob
+
+    parse(pattern)  # an unsupported scheme fails naming the choices
+    found = glob(pattern)
+    if not found:
+        raise NotFoundError(
+            f"no objects match {pattern!r}; check the pattern, the bucket and the prefix"
+        )
+    scheme, rest = pattern.split("://", 1)
+    segments = rest.split("/")
+    fixed = 0
+    while fixed < len(segments) - 1 and not has_magic(segments[fixed]):
+        fixed += 1
+    root = f"{scheme}://" + "/".join(segments[:fixed])
+    rows = []
+    for uri in found:
+        relative = uri[len(root) :].lstrip("/") if uri.startswith(root) else uri.rsplit("/", 1)[-1]
+        folder, _, name = relative.rpartition("/")
+        stem = name.split(".", 1)[0] if not name.startswith(".") else name
+        rows.append({"key": f"{folder}/{stem}" if folder else stem, "path": uri})
+    return rows
+
+
 def files(pattern: str | os.PathLike[str]) -> ListSource:
     """Records ``{"key", "path"}`` for the files matching a glob (``**`` recurses), sorted.
+
+    ``pattern`` may be a URI (``s3://bucket/train/**/*.jpg``, ``gs://``, ``az://``,
+    ``hf://``, ``http(s)://`` on a server that lists, ``file://``): remote patterns are
+    expanded by listing the objects under their fixed prefix, and each ``path`` is then
+    the object's URI.
 
     A key is the file's path relative to the glob's root (its leading components without
     wildcards), with ``/`` separators and without the extension: ``/data/**/*.jpg``
@@ -96,11 +142,16 @@ def files(pattern: str | os.PathLike[str]) -> ListSource:
     text = os.fspath(pattern)
 
     def load() -> list[dict[str, str]]:
-        paths = glob_files(text)
+        if _remote(text):
+            return _remote_files(text)
+        local = _local(text)
+        paths = glob_files(local)
         if not paths:
             raise NotFoundError(f"no files match {text!r}; check the pattern and the directory")
-        root = _glob_root(text)
-        return [{"key": _relative_key(p, root), "path": p} for p in paths]
+        root = _glob_root(local)
+        # a file:// pattern gives file:// paths, as listings answer in the style asked
+        style = "file://" if local != text else ""
+        return [{"key": _relative_key(p, root), "path": style + p} for p in paths]
 
     return ListSource({"source": "files", "pattern": text}, load)
 
@@ -127,7 +178,8 @@ def manifest(path: str | os.PathLike[str], *, format: str | None = None) -> List
 
     The format comes from the extension (``.jsonl``/``.json``/``.ndjson``, ``.csv``,
     ``.parquet``) unless ``format`` says otherwise. The file is read when a loader
-    starts.
+    starts. ``path`` may be a URI (``s3://``, ``gs://``, ``az://``, ``hf://``,
+    ``http(s)://``, ``file://``); a remote manifest is read whole.
 
     Example:
         >>> source = dataio.manifest("train.jsonl")  # doctest: +SKIP
@@ -136,16 +188,22 @@ def manifest(path: str | os.PathLike[str], *, format: str | None = None) -> List
     kind = format or _manifest_format(text)
 
     def load() -> list[Any]:
-        _check_manifest(text)
+        if _remote(text):
+            from dataio.io.read import read_bytes
+
+            return _parse_manifest(read_bytes(text), text, kind)  # NotFoundError names it
+        local = _local(text)
+        _check_manifest(local)
         try:
             if kind == "jsonl":
-                return _read_jsonl(text)
+                with open(local, encoding="utf-8") as handle:
+                    return _read_jsonl(handle, text)
             if kind == "csv":
-                with open(text, newline="", encoding="utf-8") as handle:
+                with open(local, newline="", encoding="utf-8") as handle:
                     return list(csv.DictReader(handle))
             import pyarrow.parquet as pq
 
-            table = pq.read_table(text)
+            table = pq.read_table(local)
             table.validate(full=True)  # damaged offsets would crash to_pylist
             return table.to_pylist()
         except DataioError:
@@ -161,6 +219,27 @@ def manifest(path: str | os.PathLike[str], *, format: str | None = None) -> List
             ) from None
 
     return ListSource({"source": "manifest", "path": text, "format": kind}, load)
+
+
+def _parse_manifest(data: bytes, uri: str, kind: str) -> list[Any]:
+    """The rows of a manifest whose bytes are ``data``."""
+    try:
+        if kind == "jsonl":
+            return _read_jsonl(io.StringIO(data.decode("utf-8")), uri)
+        if kind == "csv":
+            return list(csv.DictReader(io.StringIO(data.decode("utf-8"), newline="")))
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(pa.BufferReader(data))
+        table.validate(full=True)  # damaged offsets would crash to_pylist
+        return table.to_pylist()
+    except DataioError:
+        raise
+    except (UnicodeDecodeError, csv.Error, OSError, ValueError, NotImplementedError) as exc:
+        raise FormatError(
+            f"manifest {uri!r} is not a readable {kind} file ({exc}); check its format"
+        ) from None
 
 
 def _check_manifest(path: str) -> None:
@@ -188,21 +267,20 @@ def _manifest_format(path: str) -> str:
     )
 
 
-def _read_jsonl(path: str) -> list[Any]:
+def _read_jsonl(lines: Iterable[str], path: str) -> list[Any]:
     rows = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise FormatError(
-                    f"manifest {path!r} line {number} is not valid JSON ({exc.msg}); "
-                    "a JSON-lines manifest holds one object per line"
-                ) from None
-            except RecursionError:
-                raise FormatError(
-                    f"manifest {path!r} line {number} nests too deeply to parse"
-                ) from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise FormatError(
+                f"manifest {path!r} line {number} is not valid JSON ({exc.msg}); "
+                "a JSON-lines manifest holds one object per line"
+            ) from None
+        except RecursionError:
+            raise FormatError(
+                f"manifest {path!r} line {number} nests too deeply to parse"
+            ) from None
     return rows

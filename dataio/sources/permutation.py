@@ -304,7 +304,7 @@ class PermutedIndexed(IndexedSource):
     def describe(self) -> dict[str, Any]:
         """Shuffle settings and the parent."""
         settings = {"seed": self.seed, "buffer_size": None, "reshuffle_each_epoch": self.reshuffle}
-        return {"shuffle": settings, "of": self.parent.describe()}
+        return {"shuffle": settings, "of": self.parent.description()}
 
     @property
     def configured(self) -> bool:

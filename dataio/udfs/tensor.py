@@ -170,8 +170,13 @@ class NpyHeader:
         return math.prod(self.shape) * self.dtype.itemsize
 
 
-def parse_npy_header(buffer: Any, *, source: str = "NPY bytes") -> NpyHeader:
+def parse_npy_header(
+    buffer: Any, *, source: str = "NPY bytes", total: int | None = None
+) -> NpyHeader:
     """Parse and check the header of NPY data, refusing pickled objects and truncation.
+
+    ``total`` is the size of the whole file when ``buffer`` holds only its start (a
+    remote object's first bytes: its header is checked before the data is fetched).
 
     Raises:
         FormatError: not NPY, a malformed header, an object dtype, or too few data bytes.
@@ -220,6 +225,8 @@ def parse_npy_header(buffer: Any, *, source: str = "NPY bytes") -> NpyHeader:
     dtype, shape, fortran = header
     data = NpyHeader(dtype, shape, fortran, start + length)
     _check_count(shape, dtype.itemsize, dtype.kind, source)
+    if total is not None:
+        size = total
     if data.offset + data.nbytes > size:
         raise FormatError(
             f"{source} is truncated: shape {shape} of {dtype} needs {data.nbytes} data bytes, "

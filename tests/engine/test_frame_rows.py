@@ -342,7 +342,7 @@ def test_shuffles_differ_per_epoch_unless_fixed(data: dict[str, Any]) -> None:
     fixed = parquet(data).shuffle(seed=11, reshuffle_each_epoch=False)
     assert order(fixed, 0) == order(fixed, 3) == order(shuffled, 0)
     assert shuffled.signature() == parquet(data).shuffle(seed=11).signature()
-    assert shuffled.describe()["of"] == parquet(data).describe()
+    assert shuffled.describe()["of"] == parquet(data).description()
 
 
 def plan(size: int = 7) -> dataio.Pipeline:

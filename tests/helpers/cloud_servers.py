@@ -6,8 +6,9 @@ seeding and checking objects without dataio or obstore:
 * :class:`GcsEmulator` runs the ``gcp-storage-emulator`` package with the XML API
   routes it lacks (see ``helpers/gcs_emulator.py``) and seeds through its JSON API.
 * :class:`HubServer` is a small Hugging Face Hub: ``resolve`` URLs (redirecting
-  large files to a separate CDN server), the ``tree`` API with pagination, and
-  private repositories behind a bearer token.
+  large files to a separate CDN server, with the headers ``hf_hub_download`` reads),
+  the ``tree`` API with pagination, repository info (``/api/KIND/ID/revision/REV``),
+  repositories with and without owner, and private ones behind a bearer token.
 """
 
 from __future__ import annotations
@@ -250,7 +251,8 @@ KINDS = {"": "models", "datasets/": "datasets", "spaces/": "spaces"}
 
 
 class Repo:
-    """One repository: files per revision, and whether reading it needs the token."""
+    """One repository: files per revision, and whether reading it needs the token.
+    ``repo_id`` is ``owner/name``, or ``name`` alone for a repository without owner."""
 
     def __init__(self, kind: str, repo_id: str, *, private: bool = False) -> None:
         self.kind, self.repo_id, self.private = kind, repo_id, private
@@ -259,8 +261,22 @@ class Repo:
     def put(self, path: str, data: bytes, *, revision: str = "main") -> None:
         self.revisions.setdefault(revision, {})[path] = data
 
+    def commit(self, revision: str) -> str:
+        """The (made-up, stable) commit hash that ``revision`` points at."""
+        return hashlib.sha1(f"{self.kind}/{self.repo_id}@{revision}".encode()).hexdigest()
+
+    def files(self, revision: str) -> tuple[str, dict[str, bytes]] | None:
+        """``(branch or tag, files)`` of a revision given by name or by commit hash."""
+        if revision in self.revisions:
+            return revision, self.revisions[revision]
+        named = next((r for r in self.revisions if self.commit(r) == revision), None)
+        return None if named is None else (named, self.revisions[named])
+
 
 class HubHandler(QuietHandler):
+    """The Hub's routes: ``/[kind/]ID/resolve/REV/PATH``, ``/api/KIND/ID/tree/REV[/PATH]``
+    and ``/api/KIND/ID[/revision/REV]`` (repository info, as ``repo_info`` asks)."""
+
     server: HubServer
 
     def _error(self, status: int, code: str, message: str) -> None:
@@ -275,11 +291,18 @@ class HubHandler(QuietHandler):
         self.server.requests.append((self.command, self.path, dict(self.headers)))
         segments = [unquote(s) for s in raw_path.strip("/").split("/")]
         if segments[:1] == ["api"]:
-            self._tree(segments[1:], dict(parse_qsl(query)))
+            self._api(segments[1:], dict(parse_qsl(query)))
         else:
             self._resolve(segments)
 
     def _repo(self, kind: str, repo_id: str) -> Repo | None:
+        moved = self.server.renamed.get((kind, repo_id))
+        if moved is not None:
+            # a renamed repository answers with a same-origin redirect to its new id
+            path, mark, query = self.path.partition("?")
+            path = (path + "/").replace(f"/{repo_id}/", f"/{moved}/", 1)[:-1]
+            self.reply(307, b"", {"Location": path + mark + query})
+            return None
         repo = self.server.repos.get((kind, repo_id))
         wanted = f"Bearer {self.server.token}"
         if repo is None or (repo.private and self.headers.get("Authorization") != wanted):
@@ -288,24 +311,35 @@ class HubHandler(QuietHandler):
             return None
         return repo
 
+    def _revision(self, repo: Repo, revision: str) -> tuple[str, dict[str, bytes]] | None:
+        found = repo.files(revision)
+        if found is None:
+            self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
+        return found
+
     def _resolve(self, segments: list[str]) -> None:
         kind = "models"
         if segments[0] in ("datasets", "spaces"):
             kind, segments = segments[0], segments[1:]
-        if len(segments) < 5 or segments[2] != "resolve":
+        # ID/resolve/... or, for a repository without owner, NAME/resolve/...
+        at = next((i for i in (1, 2) if segments[i : i + 1] == ["resolve"]), None)
+        if at is None or len(segments) < at + 3:
             self._error(404, "NotFound", "not a resolve URL")
             return
-        repo = self._repo(kind, "/".join(segments[:2]))
+        repo = self._repo(kind, "/".join(segments[:at]))
         if repo is None:
             return
-        revision, path = segments[3], "/".join(segments[4:])
-        files = repo.revisions.get(revision)
-        if files is None:
-            self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
+        found = self._revision(repo, segments[at + 1])
+        if found is None:
             return
+        branch, files = found
+        path = "/".join(segments[at + 2 :])
         data = files.get(path)
+        commit = {"X-Repo-Commit": repo.commit(branch)}
         if data is None:
-            self._error(404, "EntryNotFound", f"{path} does not exist on {revision!r}")
+            body = json.dumps({"error": f"{path} does not exist"}).encode()
+            headers = {"X-Error-Code": "EntryNotFound", "Content-Type": "application/json"}
+            self.reply(404, body, {**headers, **commit})
             return
         digest = hashlib.sha256(data).hexdigest()
         if len(data) >= self.server.lfs_threshold:
@@ -313,16 +347,13 @@ class HubHandler(QuietHandler):
             blob = f"/blobs/{digest}?X-Amz-Signature=cdn-signature"
             self.server.cdn.objects[blob] = data
             location = self.server.cdn.url + blob
-            self.reply(
-                302,
-                b"",
-                {"Location": location, "X-Linked-Size": str(len(data)), "X-Linked-Etag": digest},
-            )
+            headers = {"Location": location, "X-Linked-Size": str(len(data))}
+            self.reply(302, b"", {**headers, "X-Linked-Etag": f'"{digest}"', **commit})
             return
-        self._ranged(data, f'"{hashlib.sha1(data).hexdigest()}"')
+        self._ranged(data, f'"{hashlib.sha1(data).hexdigest()}"', commit)
 
-    def _ranged(self, data: bytes, etag: str) -> None:
-        headers = {"ETag": etag, "Accept-Ranges": "bytes"}
+    def _ranged(self, data: bytes, etag: str, extra: dict[str, str] | None = None) -> None:
+        headers = {"ETag": etag, "Accept-Ranges": "bytes", **(extra or {})}
         spec = self.headers.get("Range")
         if spec is None:
             self.reply(200, data, headers)
@@ -336,20 +367,38 @@ class HubHandler(QuietHandler):
         headers["Content-Range"] = f"bytes {start}-{end}/{len(data)}"
         self.reply(206, data[start : end + 1], headers)
 
-    def _tree(self, segments: list[str], query: dict[str, str]) -> None:
-        # /api/{models|datasets|spaces}/{org}/{name}/tree/{revision}[/{path}]
-        if len(segments) < 5 or segments[3] != "tree":
-            self._error(404, "NotFound", "not a tree URL")
+    def _api(self, segments: list[str], query: dict[str, str]) -> None:
+        # /api/{models|datasets|spaces}/ID/tree/REV[/PATH] or /api/KIND/ID[/revision/REV]
+        kind, rest = segments[0], segments[1:]
+        for route in ("tree", "revision"):
+            at = next((i for i in (1, 2) if rest[i : i + 1] == [route]), None)
+            if at is not None and len(rest) > at + 1:
+                break
+        else:
+            route, at = "info", len(rest)
+        if at == 0 or at > 2:
+            self._error(404, "NotFound", "not an API URL")
             return
-        repo = self._repo(segments[0], "/".join(segments[1:3]))
+        repo = self._repo(kind, "/".join(rest[:at]))
         if repo is None:
             return
-        files = repo.revisions.get(segments[4])
-        if files is None:
-            self._error(404, "RevisionNotFound", f"Invalid rev id: {segments[4]}")
+        found = self._revision(repo, rest[at + 1] if route != "info" else "main")
+        if found is None:
             return
-        base = "/".join(segments[5:])
-        entries = _tree_entries(files, base, recursive=query.get("recursive") == "true")
+        if route == "tree":
+            self._tree(found[1], "/".join(rest[at + 2 :]), query)
+            return
+        branch, files = found
+        info = {
+            "id": repo.repo_id,
+            "sha": repo.commit(branch),
+            "private": repo.private,
+            "siblings": [{"rfilename": name} for name in sorted(files)],
+        }
+        self.reply(200, json.dumps(info).encode(), {"Content-Type": "application/json"})
+
+    def _tree(self, files: dict[str, bytes], base: str, query: dict[str, str]) -> None:
+        entries = _tree_entries(files, base, recursive=query.get("recursive") in ("true", "True"))
         if entries is None:
             self._error(404, "EntryNotFound", f"{base} does not exist")
             return
@@ -393,14 +442,23 @@ class HubServer(ThreadedServer):
         self.lfs_threshold = lfs_threshold
         self.page_size = page_size
         self.repos: dict[tuple[str, str], Repo] = {}
+        self.renamed: dict[tuple[str, str], str] = {}
         self.requests: list[tuple[str, str, dict[str, str]]] = []
         self.cdn = RangeServer()
         super().__init__(HubHandler)
 
     def repo(self, kind: str, repo_id: str, *, private: bool = False) -> Repo:
-        """Create (or fetch) a repository; ``kind`` is models, datasets or spaces."""
+        """Create (or fetch) a repository; ``kind`` is models, datasets or spaces;
+        ``repo_id`` is ``owner/name`` or, as legacy repositories (gpt2), ``name``."""
         found = self.repos.setdefault((kind, repo_id), Repo(kind, repo_id, private=private))
         return found
+
+    def rename(self, kind: str, old: str, new: str) -> None:
+        """Move a repository to a new id; the old one redirects there, as the Hub did
+        when repositories without owner moved to organisations (gpt2)."""
+        self.repos[(kind, new)] = self.repos.pop((kind, old))
+        self.repos[(kind, new)].repo_id = new
+        self.renamed[(kind, old)] = new
 
     def stop(self) -> None:
         super().stop()

@@ -41,6 +41,15 @@ class ObjectHandler(QuietHandler):
         self.do_GET()
 
     def do_GET(self) -> None:
+        started = time.monotonic()
+        try:
+            self._get()
+        finally:
+            if "Range" in self.headers:
+                with self.server.lock:
+                    self.server.ranged_spans.append((started, time.monotonic()))
+
+    def _get(self) -> None:
         if self._fault():
             return
         data = self.server.objects.get(self.path)
@@ -128,10 +137,25 @@ class RangeServer(ThreadedServer):
         self.half_sent = threading.Event()
         self.killed = threading.Event()
         self.mtime = time.time()
+        self.lock = threading.Lock()
+        self.ranged_spans: list[tuple[float, float]] = []  # (start, end) of ranged GETs
         super().__init__(ObjectHandler)
 
     def handle_error(self, request: object, client_address: object) -> None:
         pass  # clients that give up (timeouts, killed reads) are part of the tests
+
+    def most_ranged_at_once(self, margin: float = 0.05) -> int:
+        """The most ranged GETs answered at one time, each span trimmed by ``margin``
+        seconds at both ends (a client may send its next request a moment before the
+        handler of its last one returns)."""
+        with self.lock:
+            spans = [(a + margin, b - margin) for a, b in self.ranged_spans if b - a > 2 * margin]
+        edges = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
+        most = now = 0
+        for _, step in edges:
+            now += step
+            most = max(most, now)
+        return most
 
     def kill(self) -> None:
         """Stop accepting, and cut any connection parked mid-body."""

@@ -10,6 +10,7 @@ requests and the body bytes it managed to send. It also answers path-style S3 GE
 from __future__ import annotations
 
 import socket
+import struct
 import threading
 from dataclasses import dataclass, field
 
@@ -21,8 +22,9 @@ class Script:
     """What one route answers.
 
     ``hold`` maps a piece index to an event the server waits for before sending that
-    piece; ``die_after`` cuts the connection once that many pieces went out; ``sent``
-    is set each time a piece has been flushed (``reached[i]`` after piece ``i``).
+    piece; ``die_after`` cuts the connection once that many pieces went out (a clean
+    close, or a TCP reset with ``reset=True``); ``sent`` is set each time a piece has
+    been flushed (``reached[i]`` after piece ``i``).
     """
 
     pieces: list[bytes]
@@ -31,6 +33,7 @@ class Script:
     headers: dict[str, str] = field(default_factory=dict)
     hold: dict[int, threading.Event] = field(default_factory=dict)
     die_after: int | None = None
+    reset: bool = False
     reached: list[threading.Event] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -101,7 +104,12 @@ class StreamHandler(QuietHandler):
                 self.server.sent[self.path] = self.server.sent.get(self.path, 0) + len(piece)
             script.reached[index].set()
             if script.die_after is not None and index + 1 >= script.die_after:
-                self.connection.shutdown(socket.SHUT_RDWR)
+                if script.reset:  # linger 0: close() sends RST instead of FIN
+                    linger = struct.pack("ii", 1, 0)
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+                    self.connection.close()
+                else:
+                    self.connection.shutdown(socket.SHUT_RDWR)
                 self.close_connection = True
                 return
         if script.chunked:

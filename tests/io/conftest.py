@@ -208,10 +208,26 @@ HF_TOKEN = "hf_dataioTestTokenNeverShown"
 
 
 @pytest.fixture
-def hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[HubServer]:
-    """A Hub (and its CDN) with no ``HF_*`` variables from the environment."""
-    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT"):
+def hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[HubServer]:
+    """A Hub (and its CDN) with no ``HF_*`` variables from the environment, and an
+    empty Hugging Face home (no token file, no cache) under ``tmp_path``."""
+    from dataio.io import hf
+
+    for name in (
+        "HF_TOKEN",
+        "HUGGING_FACE_HUB_TOKEN",
+        "HF_ENDPOINT",
+        "HF_TOKEN_PATH",
+        "HF_HUB_CACHE",
+        "HUGGINGFACE_HUB_CACHE",
+        "HF_HUB_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+        "XDG_CACHE_HOME",
+    ):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    monkeypatch.setattr(hf, "_known", {})  # what the Hub said about repositories
     server = HubServer(token=HF_TOKEN)
     try:
         yield server

@@ -215,30 +215,6 @@ def test_a_server_stalled_mid_body_hits_the_timeout(
     assert time.monotonic() - started < 5
 
 
-def test_close_cuts_a_pending_read_from_another_thread(stream_server: StreamServer) -> None:
-    never = threading.Event()
-    stream_server.routes["/events"] = Script([b"data: one\n\n", b"data: two\n\n"], hold={1: never})
-    s = dio.stream(f"{stream_server.url}/events")
-    got: list[SSEEvent] = []
-    first = threading.Event()
-
-    def consume() -> None:
-        for event in s.iter_sse():
-            got.append(event)
-            first.set()
-
-    reader = threading.Thread(target=consume)
-    reader.start()
-    assert first.wait(5)
-    s.close()  # the reader is blocked waiting for the held event
-    reader.join(5)
-    assert not reader.is_alive()
-    assert got == [SSEEvent("message", "one")]
-    assert s.closed and list(s.iter_lines()) == []
-    with pytest.raises(DataioError, match="closed"):
-        s.read_all()
-
-
 def test_failed_opens_are_retried_before_any_byte_is_read(
     http: str, http_server: RangeServer
 ) -> None:

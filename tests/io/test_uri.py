@@ -29,6 +29,13 @@ def test_schemes_split_into_authority_and_key(tmp_path) -> None:
         ("hf://org/m@refs/convert/parquet/x", Location("hf", "org/m@refs/convert/parquet", "x")),
         ("hf://org/m@feature%2Fx/f", Location("hf", "org/m@feature%2Fx", "f")),
         ("hf://datasets/org/set", Location("hf", "datasets/org/set", "")),
+        # a repository without owner: alone, pinned by @, or before a pattern
+        ("hf://gpt2", Location("hf", "gpt2", "")),
+        ("hf://gpt2@v1/config.json", Location("hf", "gpt2@v1", "config.json")),
+        ("hf://gpt2@refs/pr/1/onnx/m.onnx", Location("hf", "gpt2@refs/pr/1", "onnx/m.onnx")),
+        ("hf://gpt2/*.json", Location("hf", "gpt2", "*.json")),
+        ("hf://models/org/m/x", Location("hf", "org/m", "x")),
+        ("hf://org/m/file@1.txt", Location("hf", "org/m", "file@1.txt")),
     ],
 )
 def test_cloud_and_hub_uris(uri: str, expected: Location) -> None:
@@ -47,9 +54,11 @@ def test_hub_repositories_and_revisions() -> None:
     )
 
 
-@pytest.mark.parametrize("uri", ["hf://org", "hf://datasets/org", "hf://o/n@/x", "hf://o/n!/x"])
+@pytest.mark.parametrize(
+    "uri", ["hf://", "hf://datasets", "hf://o/n@/x", "hf://o/n!/x", "hf://gpt2/../x"]
+)
 def test_malformed_hub_uris_say_what_to_write(uri: str) -> None:
-    with pytest.raises(DataioError, match=r"org/name\[@revision\]"):
+    with pytest.raises(DataioError, match=r"\[owner/\]name\[@revision\]|empty revision"):
         parse(uri)
 
 

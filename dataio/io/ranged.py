@@ -1,0 +1,174 @@
+"""A seekable, read-only binary file over any URI, read by byte ranges with read-ahead.
+
+Formats that can seek (safetensors headers, HDF5 through h5py, NPY headers, zip
+directories) read a large remote object through :class:`RangedFile` and fetch only the
+bytes they touch. Each fetch is one :func:`dataio.io.verbs.read` of a range; small reads
+fetch ``read_ahead`` bytes at once and serve the next reads from that block, large ones
+fetch exactly what they ask for. When the local cache (``DATAIO_CACHE_DIR``) holds the
+whole object, ranges are read from the cached copy instead of the network.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import Any
+
+from dataio.exceptions import DataioError
+from dataio.io import cache, verbs
+from dataio.io.config import redact
+from dataio.io.uri import parse
+
+__all__ = ["READ_AHEAD", "RangedFile", "is_local", "local_path"]
+
+# One block per small read: HDF5 and zip readers make many reads of a few bytes to a few
+# KiB each, close together; a round trip per read would dominate. Reads this large or
+# larger bypass the block, so a tensor's bytes are fetched once, exactly.
+READ_AHEAD = 256 << 10
+
+
+def is_local(uri: str | os.PathLike[str]) -> bool:
+    """Whether ``uri`` is a local path or a ``file://`` URI."""
+    return parse(uri).scheme == "file"
+
+
+def local_path(uri: str | os.PathLike[str]) -> str:
+    """The filesystem path of a local path or ``file://`` URI (a trailing ``/`` kept)."""
+    text = os.fspath(uri)
+    if "://" not in text:
+        return text
+    loc = parse(text)
+    return loc.path + ("/" if text.endswith("/") and not loc.path.endswith("/") else "")
+
+
+class RangedFile(io.RawIOBase):
+    """A read-only, seekable file over ``uri`` whose reads fetch byte ranges.
+
+    ``size`` is the object's size when known (else one ``head`` asks). ``fetched`` and
+    ``requests`` count the bytes and ranges read so far. Not safe to share between
+    threads (one position); open one per thread.
+
+    Example:
+        >>> with RangedFile("s3://bucket/arrays.h5") as f:  # doctest: +SKIP
+        ...     magic = f.read(8)
+    """
+
+    def __init__(
+        self, uri: str | os.PathLike[str], *, size: int | None = None, read_ahead: int = READ_AHEAD
+    ) -> None:
+        super().__init__()
+        self.uri = os.fspath(uri)
+        self.size: int = verbs.head(self.uri)["size"] if size is None else size
+        self.read_ahead = read_ahead
+        self.fetched = 0
+        self.requests = 0
+        self._pos = 0
+        self._block = b""
+        self._block_at = 0
+        self._cached: Any = None
+        self._error: DataioError | None = None
+        entry = cache.entry_path(parse(self.uri))
+        if entry is not None:
+            self._cached = _open_cached(entry, self.size)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._check_open()
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}.get(whence)
+        if base is None:
+            raise OSError(f"seek whence must be 0, 1 or 2, got {whence!r}")
+        if base + offset < 0:  # as a real file answers: zipfile and h5py expect OSError
+            raise OSError(f"negative seek position {base + offset} in {redact(self.uri)!r}")
+        self._pos = base + offset
+        return self._pos
+
+    def readinto(self, target: Any) -> int:
+        self._check_open()
+        view = memoryview(target).cast("B")
+        want = max(0, min(len(view), self.size - self._pos))
+        done = 0
+        while done < want:
+            at = self._pos + done
+            rel = at - self._block_at
+            if 0 <= rel < len(self._block):  # served from the read-ahead block
+                n = min(want - done, len(self._block) - rel)
+                view[done : done + n] = self._block[rel : rel + n]
+                done += n
+                continue
+            rest = want - done
+            if rest >= self.read_ahead:  # large: exactly these bytes, no block
+                data = self.pread(at, rest)
+                view[done : done + len(data)] = data
+                done += len(data)
+                if len(data) < rest:
+                    break
+                continue
+            self._block = self.pread(at, min(self.read_ahead, self.size - at))
+            self._block_at = at
+            if not self._block:
+                break
+        self._pos += done
+        return done
+
+    def readall(self) -> bytes:
+        self._check_open()
+        data = self.read(max(0, self.size - self._pos))
+        return data or b""
+
+    def pread(self, offset: int, size: int) -> bytes:
+        """``size`` bytes from ``offset`` (fewer at the end of the object), fetched now;
+        the position does not move."""
+        if size <= 0:
+            return b""
+        self.requests += 1
+        try:
+            if self._cached is not None:
+                data = os.pread(self._cached.fileno(), size, offset)
+            else:
+                data = verbs.read(self.uri, offset=offset, size=size)
+        except DataioError as exc:
+            self._error = exc
+            raise
+        self.fetched += len(data)
+        return data
+
+    def take_error(self) -> DataioError | None:
+        """The error of the last failed fetch (then forgotten): for readers such as h5py
+        that turn a file object's exceptions into their own."""
+        error, self._error = self._error, None
+        return error
+
+    def close(self) -> None:
+        if self._cached is not None:
+            self._cached.close()
+            self._cached = None
+        self._block = b""
+        super().close()
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise DataioError(f"{redact(self.uri)!r} is closed; open it again to read")
+
+    def __repr__(self) -> str:
+        return f"<RangedFile {redact(self.uri)!r} ({self.size} bytes)>"
+
+
+def _open_cached(entry: Any, size: int) -> Any:
+    """The cache entry's file when it holds this object whole (its footer checked), else
+    ``None``. Ranges from it skip the whole-object CRC: checking it means reading it all."""
+    opened = cache._open_entry(entry)
+    if opened is None:
+        return None
+    f, cached_size, _ = opened
+    if cached_size != size:
+        f.close()
+        return None
+    return f
