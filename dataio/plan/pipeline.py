@@ -523,6 +523,7 @@ class BoundPipeline:
         order: Order = "submit",
         on_failure: Literal["strict", "skip"] | int = "strict",
         log_errors: bool | Callable[[Exception], Any] = False,
+        stats: bool | None = None,
         seed: int = 0,
         epoch: int = 0,
         shard: dict[str, Any] | Literal["auto"] | None = None,
@@ -543,7 +544,13 @@ class BoundPipeline:
             on_failure: ``"strict"`` raises on the first row error; ``"skip"`` drops
                 failed rows; an integer requires that many survivors per batch.
             log_errors: ``True`` logs row errors to the ``dataio.rows`` logger; a
-                callable receives each error.
+                callable receives each error. Either way every bad row is also in
+                ``Loader.rejects()``.
+            stats: time each pass's stages (``Loader.stats()``) and keep the newest
+                batches' samples (``Loader.lineage()``). ``None``: on for plans that
+                decode or run record maps (well under 2% of an image pipeline's
+                throughput), off for plans of passthrough slots only, whose batches
+                take microseconds (there stats would cost 10-20%).
             seed: seeds every random op, together with ``epoch`` and the record index.
             epoch: the first pass's epoch; each later pass runs the next one (see
                 ``Loader.set_epoch``). Shuffles and random ops derive from
@@ -584,6 +591,7 @@ class BoundPipeline:
             order=order,
             on_failure=on_failure,
             log_errors=log_errors,
+            stats=stats,
             seed=seed,
             epoch=epoch,
             shard=shard,
