@@ -37,6 +37,20 @@ class NoRanges(DataioError):
     """The server answers whole objects only (no ``Range`` support)."""
 
 
+# Azure's API has no suffix ranges: a HEAD, then the tail's range
+_NO_SUFFIX = ("az",)
+
+
+def _whole(data: Any, start: int, end: int) -> Any:
+    """``data``, checked to hold every byte of ``start..end``."""
+    if len(data) != end - start:
+        # translated by call() into a TransportError naming the object
+        raise ConnectionError(
+            f"unexpected end of body after {len(data)} of {end - start} bytes at offset {start}"
+        )
+    return data
+
+
 class Tail:
     """An object's size and its last bytes, shared by every file opened on it."""
 
@@ -55,17 +69,18 @@ def _tail(uri: str) -> Tail:
     loc = parse(uri)
 
     def get() -> Tail:
+        store = store_for(loc)
         try:
-            result = obstore.get(store_for(loc), loc.key, options={"range": {"suffix": TAIL_BYTES}})
+            if loc.scheme not in _NO_SUFFIX:
+                result = obstore.get(store, loc.key, options={"range": {"suffix": TAIL_BYTES}})
+                start, end = result.range
+                return Tail(int(result.meta["size"]), start, _whole(result.bytes(), start, end))
+            size = int(obstore.head(store, loc.key)["size"])
+            start = max(0, size - TAIL_BYTES)
+            data = obstore.get_range(store, loc.key, start=start, end=size) if size else b""
+            return Tail(size, start, _whole(data, start, size))
         except obx.NotSupportedError:
             raise NoRanges(f"{uri!r}: the server does not serve byte ranges") from None
-        start, end = result.range
-        data = result.bytes()
-        if len(data) != end - start:
-            raise ConnectionError(
-                f"unexpected end of body after {len(data)} of {end - start} bytes at offset {start}"
-            )
-        return Tail(int(result.meta["size"]), start, data)
 
     return remembered(lambda: call(get, uri, "read"))
 
@@ -151,13 +166,9 @@ class RangedFile(io.RawIOBase):
         loc = self._loc
 
         def get() -> Any:
-            data = obstore.get_range(store_for(loc), loc.key, start=start, end=end)
-            if len(data) != end - start:
-                raise ConnectionError(
-                    f"unexpected end of body after {len(data)} of {end - start} bytes at "
-                    f"offset {start}"
-                )
-            return data
+            return _whole(
+                obstore.get_range(store_for(loc), loc.key, start=start, end=end), start, end
+            )
 
         return remembered(lambda: call(get, self.uri, "read"))
 
