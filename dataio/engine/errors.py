@@ -30,17 +30,16 @@ def is_engine_error(exc: BaseException) -> bool:
 def translate(exc: BaseException, where: str, path: str | None = None) -> DataioError:
     """A DataFusion error as a :class:`DataioError` saying what and where."""
     message = _clean(str(exc))
-    from dataio.engine.udf_errors import (  # a batched kernel's row error keeps its class
-        _renamed,
+    from dataio.engine.udf_errors import (
         raised_error,
-    )
+    )  # a batched kernel's row error keeps its class
 
     if (known := raised_error(str(exc), where)) is not None:
         return known
-    from dataio.engine.remote_files import raised_error as remote_error
+    from dataio.engine.remote_files import scan_error
 
-    if (failed := remote_error(str(exc))) is not None:  # a ranged read of a remote scan
-        return _renamed(failed, f"{where}: {failed}")
+    if (failed := scan_error(str(exc), where, path)) is not None:  # reading a remote file
+        return failed
     lowered = message.lower()
     if path is not None and (
         "no such file" in lowered or ("not found" in lowered and "field" not in lowered)

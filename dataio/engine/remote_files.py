@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import io
+import re
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -21,7 +22,7 @@ from typing import Any, TypeVar
 from dataio.exceptions import DataioError, FormatError
 from dataio.io.uri import parse
 
-__all__ = ["NoRanges", "RangedFile", "TAIL_BYTES", "dataset", "raised_error"]
+__all__ = ["TAIL_BYTES", "NoRanges", "RangedFile", "dataset", "scan_error"]
 
 T = TypeVar("T")
 
@@ -29,7 +30,7 @@ T = TypeVar("T")
 TAIL_BYTES = 64 << 10
 
 # the errors remote reads raised lately: DataFusion reports them as text, and
-# raised_error gives the caller back the error's own class
+# scan_error gives the caller back the error's own class
 _recent: collections.deque[DataioError] = collections.deque(maxlen=32)  # append is atomic
 
 
@@ -174,7 +175,7 @@ class RangedFile(io.RawIOBase):
 
 
 def remembered(fn: Callable[[], T]) -> T:
-    """``fn()``, remembering the :class:`DataioError` it raises for :func:`raised_error`."""
+    """``fn()``, remembering the :class:`DataioError` it raises for :func:`scan_error`."""
     try:
         return fn()
     except DataioError as exc:
@@ -182,12 +183,26 @@ def remembered(fn: Callable[[], T]) -> T:
         raise
 
 
-def raised_error(message: str) -> DataioError | None:
-    """The error a remote read raised inside a scan, found in the engine's ``message``
-    (DataFusion passes a Python exception on as text)."""
+# what pyarrow raises inside a scan, as DataFusion quotes it: the file's bytes are bad
+_READ_FAILURE = re.compile(
+    r"External error: (?:OSError|ArrowInvalid|ArrowIOError|ArrowNotImplementedError|"
+    r"ArrowSerializationError|ArrowCapacityError|ArrowIndexError): "
+)
+
+
+def scan_error(message: str, where: str, path: str | None) -> DataioError | None:
+    """The dataio error for an engine error ``message`` raised while reading a remote
+    scan's files: a remote read's own error (DataFusion passes a Python exception on as
+    text; its class comes back), or a :class:`FormatError` naming ``path`` for bytes
+    pyarrow could not parse. None for anything else."""
+    from dataio.engine.udf_errors import renamed
+
     for error in reversed(_recent):
         if str(error) in message:
-            return error
+            return renamed(error, f"{where}: {error}")
+    if path is not None and _READ_FAILURE.search(message):
+        detail = message.replace("DataFusion error: ", "").strip()
+        return FormatError(f"{where}: cannot read {path!r}: {detail}")
     return None
 
 

@@ -10,6 +10,7 @@ with ``HTTP_PROXY``, as a user behind one would), which records each request's
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -238,6 +239,34 @@ def test_a_server_dying_mid_scan_is_a_transport_error_naming_the_object(
         server.fail_next = 100  # every later request: 503
         with pytest.raises(dataio.TransportError, match=r"t\.parquet"):
             frame.collect()
+    finally:
+        server.kill()
+        config.reset()
+
+
+def test_a_damaged_page_is_a_format_error_as_it_is_locally(tmp_path: Path) -> None:
+    from helpers.object_servers import RangeServer
+
+    data = bytearray(DATA)
+    chunk = pq.ParquetFile(pa.BufferReader(DATA)).metadata.row_group(3).column(0)
+    start = chunk.data_page_offset
+    for at in range(start, start + 16):  # the page header: thrift that cannot be parsed
+        data[at] ^= 0x5A
+    local = tmp_path / "bad.parquet"
+    local.write_bytes(bytes(data))
+    with pytest.raises(dataio.FormatError, match=r"bad\.parquet"):
+        scan_parquet(str(local)).collect()
+    server = RangeServer()
+    server.objects["/d/bad.parquet"] = bytes(data)
+    try:
+        uri = f"{server.url}/d/bad.parquet"
+        frame = scan_parquet(uri)  # the footer is intact
+        with pytest.raises(dataio.FormatError, match=re.escape(repr(uri))):
+            frame.collect()
+        # pruned away, the damaged row group is never read
+        got = frame.filter(col("id") >= 15_000).collect()
+        whole = table()
+        assert got.equals(whole.filter(pc.greater_equal(whole["id"], 15_000)))
     finally:
         server.kill()
         config.reset()
