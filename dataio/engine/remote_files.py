@@ -7,7 +7,8 @@ pyarrow's Parquet reader asks for the footer, then only the column chunks of the
 groups its filter keeps (adjacent chunks coalesced into one request). The first request
 of an object is a suffix GET of :data:`TAIL_BYTES`: it gives the size and the footer at
 once, and is kept for the reads that follow (dataset discovery and the scan both read
-the footer).
+the footer). With ``DATAIO_CACHE_DIR`` on, the cache holds whole objects: a scan takes
+the object from it (or downloads and caches it) and reads it from memory.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from dataio.exceptions import DataioError, FormatError
-from dataio.io.uri import parse
+from dataio.io.uri import Location, parse
 
 __all__ = ["TAIL_BYTES", "NoRanges", "RangedFile", "dataset", "scan_error"]
 
@@ -260,6 +261,19 @@ def _handler_class() -> type:
 _handler: list[type] = []
 
 
+def _from_cache(handler: Any, loc: Location, path: str, uri: str) -> None:
+    """With ``DATAIO_CACHE_DIR`` on for ``loc``, the whole object through the cache
+    (fetched and cached on a miss; no request on a hit), served from memory."""
+    from dataio.io import cache
+
+    if cache.entry_path(loc) is None:
+        return
+    from dataio.io.verbs import fetch_whole
+
+    data = remembered(lambda: fetch_whole(loc, uri))
+    handler.tails[path] = Tail(len(data), 0, data)
+
+
 def dataset(uri: str, schema: Any = None) -> Any:
     """A pyarrow Parquet dataset over the remote object at ``uri``, read by ranges
     (its footer is read here; filters pushed into a scan of it prune row groups).
@@ -276,6 +290,7 @@ def dataset(uri: str, schema: Any = None) -> Any:
     loc = parse(uri)
     handler = _handler[0](loc.scheme)
     path = f"{loc.authority}/{loc.key}"
+    _from_cache(handler, loc, path, uri)
     handler.get_file_info([path])  # size and footer in one request; NoRanges shows here
     fs = pafs.PyFileSystem(handler)
     try:

@@ -192,6 +192,23 @@ def test_sql_over_a_remote_table_prunes(backend: Callable[[], str], proxy: Proxy
     assert proxy.body_bytes < len(DATA) / 5
 
 
+def test_with_the_byte_cache_a_scan_reads_the_cached_object(
+    backend: Callable[[], str],
+    proxy: ProxyServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DATAIO_CACHE_DIR", str(tmp_path / "cache"))
+    uri = backend()
+    whole = table()
+    expected = whole.filter(pc.equal(whole["id"], 7300))
+    assert scan_parquet(uri).filter(col("id") == 7300).collect().equals(expected)
+    assert proxy.body_bytes >= len(DATA)  # a miss: the whole object, then cached
+    proxy.seen.clear()
+    assert scan_parquet(uri).filter(col("id") == 7300).collect().equals(expected)
+    assert not [s for s in proxy.seen if s.method == "GET"]  # a hit: no object read
+
+
 @pytest.fixture(scope="module")
 def authority(tmp_path_factory: pytest.TempPathFactory) -> Authority:
     return make_ca(tmp_path_factory.mktemp("ca"))
