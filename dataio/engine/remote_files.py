@@ -18,6 +18,7 @@ import io
 import re
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from dataio.exceptions import DataioError, FormatError
@@ -39,6 +40,9 @@ class NoRanges(DataioError):
     """The server answers whole objects only (no ``Range`` support)."""
 
 
+# object stores, which always serve ranges: with the schema known, their footers are
+# fetched in the background while the scan is planned (all files at once)
+_STORES = ("s3", "r2", "gs", "az")
 # Azure's API has no suffix ranges: a HEAD, then the tail's range
 _NO_SUFFIX = ("az",)
 
@@ -219,8 +223,16 @@ def _handler_class() -> type:
         def __init__(self, scheme: str) -> None:
             self.scheme = scheme
             self.tails: dict[str, Tail] = {}
+            self.pending: dict[str, Future[Tail]] = {}
+
+        def prefetch(self, path: str) -> None:
+            """Start fetching ``path``'s size and footer in the background."""
+            if path not in self.tails and path not in self.pending:
+                self.pending[path] = _prefetch_pool().submit(_tail, f"{self.scheme}://{path}")
 
         def _file(self, path: str) -> RangedFile:
+            if path not in self.tails and path in self.pending:
+                self.tails[path] = self.pending.pop(path).result()  # its error, if any
             file = RangedFile(f"{self.scheme}://{path}", self.tails.get(path))
             self.tails[path] = file.tail
             return file
@@ -238,7 +250,13 @@ def _handler_class() -> type:
             return path
 
         def get_file_info(self, paths: list[str]) -> list[Any]:
-            return [pafs.FileInfo(p, pafs.FileType.File, size=self._file(p).size()) for p in paths]
+            # a size not known yet is fetched with the footer when the scan opens the file
+            # (in DataFusion's partitions, so the files of a scan fetch theirs at once)
+            known = self.tails.get
+            return [
+                pafs.FileInfo(p, pafs.FileType.File, size=t.size if (t := known(p)) else None)
+                for p in paths
+            ]
 
         def get_file_info_selector(self, selector: Any) -> list[Any]:
             raise DataioError(f"{self.scheme}:// scans list their objects before reading")
@@ -259,6 +277,17 @@ def _handler_class() -> type:
 
 
 _handler: list[type] = []
+_pool: list[ThreadPoolExecutor] = []
+_pool_lock = threading.Lock()
+# footers fetched at once while a scan of many objects is planned
+PREFETCH_THREADS = 16
+
+
+def _prefetch_pool() -> ThreadPoolExecutor:
+    with _pool_lock:
+        if not _pool:
+            _pool.append(ThreadPoolExecutor(PREFETCH_THREADS, thread_name_prefix="dataio-footer"))
+        return _pool[0]
 
 
 def _from_cache(handler: Any, loc: Location, path: str, uri: str) -> None:
@@ -276,7 +305,9 @@ def _from_cache(handler: Any, loc: Location, path: str, uri: str) -> None:
 
 def dataset(uri: str, schema: Any = None) -> Any:
     """A pyarrow Parquet dataset over the remote object at ``uri``, read by ranges
-    (its footer is read here; filters pushed into a scan of it prune row groups).
+    (filters pushed into a scan of it prune row groups). The footer is read here, or,
+    when ``schema`` is given and the object is in an object store, fetched in the
+    background for the scan (so the footers of a many-file scan arrive together).
 
     Raises:
         NoRanges: the server ignores ``Range`` (the caller downloads the object whole).
@@ -291,7 +322,11 @@ def dataset(uri: str, schema: Any = None) -> Any:
     handler = _handler[0](loc.scheme)
     path = f"{loc.authority}/{loc.key}"
     _from_cache(handler, loc, path, uri)
-    handler.get_file_info([path])  # size and footer in one request; NoRanges shows here
+    if schema is None or loc.scheme not in _STORES:
+        # the schema is in the footer; a web server may not serve ranges (NoRanges)
+        handler._file(path)
+    else:
+        handler.prefetch(path)  # the files of a scan fetch their footers at once
     fs = pafs.PyFileSystem(handler)
     try:
         return ds.dataset(path, format=ds.ParquetFileFormat(), filesystem=fs, schema=schema)
