@@ -162,6 +162,20 @@ def test_a_selective_filter_fetches_one_row_group(
     assert all(uri.split("/")[2] in s.target for s in proxy.seen)  # all through the proxy
 
 
+def test_a_scan_of_many_objects_prunes_each(backend: Callable[[], str], proxy: ProxyServer) -> None:
+    uri = backend()
+    prefix = uri.rsplit("/", 1)[0] + "/many/"
+    for i in range(4):
+        dataio.write(f"{prefix}part-{i}.parquet", DATA)
+    proxy.seen.clear()
+    proxy.bodies.clear()
+    got = scan_parquet(prefix).filter(col("id") == 7300).select("id", "score").collect()
+    whole = table()
+    one = whole.filter(pc.equal(whole["id"], 7300)).select(["id", "score"])
+    assert got.equals(pa.concat_tables([one] * 4))
+    assert proxy.body_bytes < 4 * len(DATA) / 5
+
+
 def test_a_projection_fetches_only_its_columns(
     backend: Callable[[], str], proxy: ProxyServer
 ) -> None:
