@@ -301,3 +301,25 @@ def test_a_damaged_page_is_a_format_error_as_it_is_locally(tmp_path: Path) -> No
     finally:
         server.kill()
         config.reset()
+
+
+def test_hf_parquet_is_read_by_ranges_through_the_redirect(monkeypatch: pytest.MonkeyPatch) -> None:
+    from helpers.cloud_servers import HubServer
+
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT", *NETWORK_ENV):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    hub = HubServer(token="hf_dataioPruningTokenNeverShown")
+    try:
+        hub.repo("datasets", "org/name", private=True).put("data/t.parquet", DATA)
+        config.reset()
+        dataio.configure_endpoint("hf", hub.url)
+        dataio.configure_credentials("hf", bearer_token="hf_dataioPruningTokenNeverShown")
+        got = scan_parquet("hf://datasets/org/name/data/t.parquet").filter(col("id") == 9)
+        whole = table()
+        assert got.collect().equals(whole.filter(pc.equal(whole["id"], 9)))
+        cdn = [{k.lower(): v for k, v in h.items()} for c, _, h in hub.cdn.requests if c == "GET"]
+        assert cdn and all("range" in h for h in cdn)  # the large file, by ranges
+    finally:
+        hub.stop()
+        config.reset()
