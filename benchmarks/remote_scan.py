@@ -189,15 +189,18 @@ def main(argv: list[str] | None = None) -> None:
                 }
                 times: dict[str, list[float]] = {k: [] for k in contenders}
                 sent: dict[str, tuple[int, int]] = {}
+                counts: set[int] = set()
                 for _ in range(args.rounds):
                     for label, fn in contenders.items():  # interleaved: noise hits all alike
                         parent.send("clear")
                         parent.recv()
                         started = time.perf_counter()
-                        fn()
+                        counts.add(fn())
                         times[label].append(time.perf_counter() - started)
                         parent.send("log")
                         sent[label] = body_bytes(parent.recv(), size)
+                if len(counts) != 1:
+                    raise SystemExit(f"{name}: the contenders disagree on the rows: {counts}")
                 for label in contenders:
                     nbytes, gets = sent[label]
                     print(
