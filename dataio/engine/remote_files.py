@@ -6,8 +6,8 @@ credentials, endpoint, proxy, TLS roots, timeouts and retries as ``dataio.read``
 pyarrow's Parquet reader asks for the footer, then only the column chunks of the row
 groups its filter keeps (adjacent chunks coalesced into one request). The first request
 of an object is a suffix GET of :data:`TAIL_BYTES`: it gives the size and the footer at
-once, and is kept for the reads that follow (dataset discovery and the scan both read
-the footer). With ``DATAIO_CACHE_DIR`` on, the cache holds whole objects: a scan takes
+once, and is kept for the reads that follow (the dataset's schema read and its scan).
+With ``DATAIO_CACHE_DIR`` on, the cache holds whole objects: a scan takes
 the object from it (or downloads and caches it) and reads it from memory.
 """
 
@@ -107,7 +107,6 @@ class RangedFile(io.RawIOBase):
         self._loc = parse(uri)
         self._tail = tail
         self._pos = 0
-        self._lock = threading.Lock()
 
     def readable(self) -> bool:
         return True
@@ -231,8 +230,10 @@ def _handler_class() -> type:
                 self.pending[path] = _prefetch_pool().submit(_tail, f"{self.scheme}://{path}")
 
         def _file(self, path: str) -> RangedFile:
-            if path not in self.tails and path in self.pending:
-                self.tails[path] = self.pending.pop(path).result()  # its error, if any
+            pending = self.pending.get(path)
+            if pending is not None and path not in self.tails:
+                self.tails[path] = pending.result()  # its error, if any
+                self.pending.pop(path, None)
             file = RangedFile(f"{self.scheme}://{path}", self.tails.get(path))
             self.tails[path] = file.tail
             return file
@@ -250,8 +251,7 @@ def _handler_class() -> type:
             return path
 
         def get_file_info(self, paths: list[str]) -> list[Any]:
-            # a size not known yet is fetched with the footer when the scan opens the file
-            # (in DataFusion's partitions, so the files of a scan fetch theirs at once)
+            # a size not known yet comes with the footer when the scan opens the file
             known = self.tails.get
             return [
                 pafs.FileInfo(p, pafs.FileType.File, size=t.size if (t := known(p)) else None)
