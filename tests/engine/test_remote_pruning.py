@@ -1,6 +1,7 @@
 """Remote Parquet scans read by ranges through the verbs' stores: a selective filter
-fetches the footer and one row group's chunks, not the object (s3 on moto, gs on the GCS
-emulator, az on Azurite), and the proxy and TLS settings of the verbs apply to scans.
+fetches the footer and one row group's chunks, not the object (s3 on moto, r2 on moto
+at an endpoint, gs on the GCS emulator, az on Azurite), and the proxy and TLS settings
+of the verbs apply to scans.
 
 Bytes are counted at the wire: every request goes through a loopback HTTP proxy (set
 with ``HTTP_PROXY``, as a user behind one would), which records each request's
@@ -97,6 +98,19 @@ def _moto() -> tuple[Callable[[], None], Callable[[], str]]:
     return server.stop, configure
 
 
+def _r2() -> tuple[Callable[[], None], Callable[[], str]]:
+    """moto standing in for R2: an S3 API at a configured endpoint, region ``auto``."""
+    server = MotoServer()
+    server.create_bucket(BUCKET)
+
+    def configure() -> str:
+        dataio.configure_endpoint("r2", server.url)
+        dataio.configure_credentials("r2", access_key_id=KEY, secret_access_key=SECRET)
+        return f"r2://{BUCKET}/rg/t.parquet"
+
+    return server.stop, configure
+
+
 def _gcs() -> tuple[Callable[[], None], Callable[[], str]]:
     server = GcsEmulator()
     server.create_bucket(BUCKET)
@@ -121,11 +135,11 @@ def _azurite() -> tuple[Callable[[], None], Callable[[], str]]:
     return server.stop, configure
 
 
-@pytest.fixture(scope="module", params=["s3", "gs", "az"])
+@pytest.fixture(scope="module", params=["s3", "r2", "gs", "az"])
 def backend(request: pytest.FixtureRequest) -> Iterator[Callable[[], str]]:
     """A started server and a function that configures dataio for it (endpoint and
     credentials) and returns the URI of the test file, written through the verbs."""
-    stop, configure = {"s3": _moto, "gs": _gcs, "az": _azurite}[request.param]()
+    stop, configure = {"s3": _moto, "r2": _r2, "gs": _gcs, "az": _azurite}[request.param]()
     try:
         config.reset()
         dataio.write(configure(), DATA)
