@@ -22,6 +22,9 @@ concurrent, but deaf to dataio's configuration). HTTPS throughout: datafusion-py
 and GETs the server saw in the last round. Run from the repository root::
 
     .venv/bin/python benchmarks/remote_scan.py [--rounds R] [--files F] [--mib M]
+
+``--s3`` instead compares dataio's ranged scan with DataFusion's ``AmazonS3`` store (the
+path s3:// scans took before) on moto, without added latency.
 """
 
 from __future__ import annotations
@@ -149,6 +152,70 @@ def run_datafusion(base: str, uris: list[str], name: str, low: int) -> int:
     return rows
 
 
+def s3_comparison(args: argparse.Namespace) -> None:
+    """``--s3``: dataio's ranged scan vs DataFusion's ``AmazonS3`` store (what s3:// scans
+    used before) on moto, the same files, no latency added."""
+    from datafusion import SessionContext, lit, object_store
+    from datafusion import col as dcol
+    from helpers.object_servers import MotoServer
+
+    key, secret, bucket = "AKIABENCHREMOTESCAN1", "bench-secret", "remote-scan-bench"
+    files = [parquet_file(args.mib, args.groups, seed)[0] for seed in range(args.files)]
+    rows = parquet_file(args.mib, args.groups, 0)[1]
+    low = rows // args.groups * (args.groups // 2) + 10
+    server = MotoServer()
+    try:
+        server.create_bucket(bucket)
+        dataio.configure_endpoint("s3", server.url, region="us-east-1")
+        dataio.configure_credentials("s3", access_key_id=key, secret_access_key=secret)
+        uris = [f"s3://{bucket}/p/part-{i}.parquet" for i in range(args.files)]
+        for uri, data in zip(uris, files, strict=True):
+            dataio.write(uri, data)
+
+        def native(name: str) -> int:
+            ctx = SessionContext()
+            store = object_store.AmazonS3(
+                bucket_name=bucket,
+                region="us-east-1",
+                access_key_id=key,
+                secret_access_key=secret,
+                endpoint=server.url,
+                allow_http=True,
+            )
+            ctx.register_object_store("s3://", store, bucket)
+            total = 0
+            for uri in uris:
+                df = ctx.read_parquet(uri)
+                if name == "selective":
+                    df = df.filter((dcol("id") >= lit(low)) & (dcol("id") < lit(low + 100)))
+                    df = df.select(dcol("id"), dcol("score"))
+                elif name == "one column":
+                    df = df.select(dcol("score"))
+                total += sum(b.num_rows for b in df.collect())
+            return total
+
+        print(f"s3 on moto: {args.files} files of {len(files[0]) / 2**20:.1f} MiB")
+        for name in ("selective", "one column"):
+            query = dataio_query(name, low)
+            ours: list[float] = []
+            theirs: list[float] = []
+            for _ in range(args.rounds):
+                started = time.perf_counter()
+                a = run_dataio(uris, query, ranged=True)
+                ours.append(time.perf_counter() - started)
+                started = time.perf_counter()
+                b = native(name)
+                theirs.append(time.perf_counter() - started)
+                if a != b:
+                    raise SystemExit(f"{name}: dataio read {a} rows, DataFusion {b}")
+            print(
+                f"{name:<12} dataio ranged {statistics.median(ours):.3f} s, "
+                f"DataFusion AmazonS3 {statistics.median(theirs):.3f} s"
+            )
+    finally:
+        server.stop()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -157,7 +224,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--groups", type=int, default=16)
     parser.add_argument("--latency-ms", type=float, default=20.0)
     parser.add_argument("--mbps", type=float, default=200.0)
+    parser.add_argument("--s3", action="store_true", help="dataio vs DataFusion's S3 store")
     args = parser.parse_args(argv)
+    if args.s3:
+        s3_comparison(args)
+        return
 
     files = [parquet_file(args.mib, args.groups, seed) for seed in range(args.files)]
     rows = files[0][1]
