@@ -58,10 +58,19 @@ def _whole(data: Any, start: int, end: int) -> Any:
 
 
 class Tail:
-    """An object's size and its last bytes, shared by every file opened on it."""
+    """An object's size and its last bytes, shared by every file opened on it, and the
+    byte ranges fetched ahead for a scan (``(start, end, future)``)."""
 
     def __init__(self, size: int, start: int, data: Any) -> None:
         self.size, self.start, self.data = size, start, data
+        self.pieces: list[tuple[int, int, Future[Any]]] = []
+
+    def ahead(self, start: int, end: int) -> Any:
+        """``start..end`` from a range fetched ahead, or None if none holds it all."""
+        for first, last, piece in list(self.pieces):
+            if first <= start and end <= last:
+                return memoryview(piece.result())[start - first : end - first]
+        return None
 
 
 def _tail(uri: str) -> Tail:
@@ -152,7 +161,9 @@ class RangedFile(io.RawIOBase):
         if start >= tail.start:
             data = memoryview(tail.data)[start - tail.start : end - tail.start]
         else:
-            data = self._get(start, end)
+            data = tail.ahead(start, end)
+            if data is None:
+                data = self._get(start, end)
         self._pos = end
         return data
 
@@ -238,6 +249,22 @@ def _handler_class() -> type:
             self.tails[path] = file.tail
             return file
 
+        def fetch_ahead(self, path: str, fragment: Any, columns: Any, filter: Any) -> None:
+            """Start fetching, all at once, the column chunks a scan of ``path`` will read
+            (pyarrow's own reads go one at a time through a Python file)."""
+            tail = self._file(path).tail
+            if tail.start == 0:
+                return  # the whole object is in memory already
+            file = RangedFile(f"{self.scheme}://{path}", tail)
+            budget = AHEAD_BYTES
+            pieces = []
+            for start, end in chunk_ranges(fragment, columns, filter):
+                if start >= tail.start or end - start > budget:
+                    continue  # in the tail already, or past what is held ahead
+                budget -= end - start
+                pieces.append((start, end, _prefetch_pool().submit(file._get, start, end)))
+            tail.pieces = pieces  # replaces an earlier scan's pieces
+
         def __eq__(self, other: object) -> bool:
             return other is self
 
@@ -290,6 +317,52 @@ def _prefetch_pool() -> ThreadPoolExecutor:
         return _pool[0]
 
 
+# Ranges fetched ahead for one file's scan, at most this many bytes (the rest is read
+# as pyarrow asks for it); nearby ranges merge as pyarrow merges them (8 KiB holes)
+AHEAD_BYTES = 256 << 20
+_HOLE = 8 << 10
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def chunk_ranges(fragment: Any, columns: list[str] | None, filter: Any) -> list[tuple[int, int]]:
+    """The byte ranges of the column chunks a scan of ``fragment`` reads: the row groups
+    its statistics keep under ``filter``, the ``columns`` asked for and those the filter
+    names; nearby ranges merged. Empty when that cannot be told (pyarrow then reads as
+    it goes)."""
+    import pyarrow as pa
+
+    try:
+        kept = fragment.subset(filter) if filter is not None else fragment
+        meta = kept.metadata
+        groups = [g.id for g in kept.row_groups]
+        names = {f.name for f in kept.physical_schema}
+    except (pa.ArrowException, ValueError):
+        return []
+    wanted = names if columns is None else set(columns) & names
+    if filter is not None:
+        wanted |= set(_NAME.findall(str(filter))) & names
+    if any("." in name for name in wanted):
+        return []  # leaf paths would not tell which field a chunk belongs to
+    spans = []
+    for group in groups:
+        row_group = meta.row_group(group)
+        for i in range(row_group.num_columns):
+            chunk = row_group.column(i)
+            if chunk.path_in_schema.split(".", 1)[0] not in wanted:
+                continue
+            start = chunk.data_page_offset
+            if chunk.has_dictionary_page and 0 < chunk.dictionary_page_offset < start:
+                start = chunk.dictionary_page_offset
+            spans.append((start, start + chunk.total_compressed_size))
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1] + _HOLE:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
 def _from_cache(handler: Any, loc: Location, path: str, uri: str) -> None:
     """With ``DATAIO_CACHE_DIR`` on for ``loc``, the whole object through the cache
     (fetched and cached on a miss; no request on a hit), served from memory."""
@@ -329,10 +402,51 @@ def dataset(uri: str, schema: Any = None) -> Any:
         handler.prefetch(path)  # the files of a scan fetch their footers at once
     fs = pafs.PyFileSystem(handler)
     try:
-        return ds.dataset(path, format=ds.ParquetFileFormat(), filesystem=fs, schema=schema)
+        found = ds.dataset(path, format=ds.ParquetFileFormat(), filesystem=fs, schema=schema)
     except pa.ArrowException as exc:
         if isinstance(exc, DataioError):
             raise
         raise FormatError(
             f"scan_parquet: {uri!r} is not a valid Parquet file: {exc}".replace(path, uri)
         ) from None
+    if not _dataset:
+        _dataset.append(_dataset_class())
+    made = _dataset[0](list(found.get_fragments()), found.schema, found.format, fs)
+    made.handler, made.path = handler, path
+    return made
+
+
+_dataset: list[type] = []
+
+
+def _dataset_class() -> type:
+    import pyarrow.dataset as ds
+
+    class AheadDataset(ds.FileSystemDataset):
+        """A one-file dataset whose fragments fetch the column chunks a scan will read
+        all at once when DataFusion asks them for a scanner (the filter and columns are
+        known only then)."""
+
+        handler: Any
+        path: str
+
+        def get_fragments(self, filter: Any = None) -> list[Any]:
+            return [Ahead(f, self) for f in super().get_fragments(filter=filter)]
+
+    return AheadDataset
+
+
+class Ahead:
+    """A Parquet fragment (any attribute passes through) whose ``scanner`` first starts
+    fetching the chunks it will read."""
+
+    def __init__(self, fragment: Any, dataset: Any) -> None:
+        self._fragment, self._dataset = fragment, dataset
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fragment, name)
+
+    def scanner(self, *args: Any, **kwargs: Any) -> Any:
+        columns, filter = kwargs.get("columns"), kwargs.get("filter")
+        self._dataset.handler.fetch_ahead(self._dataset.path, self._fragment, columns, filter)
+        return self._fragment.scanner(*args, **kwargs)
