@@ -337,3 +337,68 @@ def test_hf_parquet_is_read_by_ranges_through_the_redirect(monkeypatch: pytest.M
     finally:
         hub.stop()
         config.reset()
+
+
+def test_the_chunks_a_scan_reads_are_fetched_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+    import time
+
+    from helpers.object_servers import RangeServer
+
+    from dataio.engine import remote_files
+
+    state = {"now": 0, "most": 0}
+    lock = threading.Lock()
+    real = remote_files.RangedFile._get
+
+    def counting(self: remote_files.RangedFile, start: int, end: int) -> object:
+        with lock:
+            state["now"] += 1
+            state["most"] = max(state["most"], state["now"])
+        time.sleep(0.05)  # a slow link: requests in flight together overlap here
+        try:
+            return real(self, start, end)
+        finally:
+            with lock:
+                state["now"] -= 1
+
+    monkeypatch.setattr(remote_files.RangedFile, "_get", counting)
+    server = RangeServer()
+    server.objects["/d/t.parquet"] = DATA
+    try:
+        got = scan_parquet(f"{server.url}/d/t.parquet").select("score").collect()
+        assert got.equals(table().select(["score"]))
+        # one request per row group's score chunk, several in flight at once
+        ranged = [c for c, _, h in server.requests if "range" in {k.lower() for k in h}]
+        assert len(ranged) >= ROWS // GROUP
+        assert state["most"] > 1
+    finally:
+        server.kill()
+        config.reset()
+
+
+def test_nested_and_dotted_columns_read_like_pyarrow() -> None:
+    from helpers.object_servers import RangeServer
+
+    nested = pa.table(
+        {
+            "id": pa.array(range(3000), pa.int64()),
+            "a.b": pa.array([float(i) for i in range(3000)]),
+            "point": pa.array([{"x": i, "y": -i} for i in range(3000)]),
+            "tags": pa.array([[i, i + 1] for i in range(3000)]),
+        }
+    )
+    sink = io.BytesIO()
+    pq.write_table(nested, sink, row_group_size=500)
+    server = RangeServer()
+    server.objects["/d/n.parquet"] = sink.getvalue()
+    try:
+        frame = scan_parquet(f"{server.url}/d/n.parquet")
+        got = frame.filter(col("id") >= 2900).select("point", "tags", "a.b").collect()
+        expected = nested.filter(pc.greater_equal(nested["id"], 2900)).select(
+            ["point", "tags", "a.b"]
+        )
+        assert got.equals(expected)
+    finally:
+        server.kill()
+        config.reset()
