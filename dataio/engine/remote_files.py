@@ -4,7 +4,9 @@ A :class:`RangedFile` answers each read with one ranged GET made by the obstore 
 that :func:`dataio.io.config.store_for` builds for every verb, so a scan meets the same
 credentials, endpoint, proxy, TLS roots, timeouts and retries as ``dataio.read``.
 pyarrow's Parquet reader asks for the footer, then only the column chunks of the row
-groups its filter keeps (adjacent chunks coalesced into one request). The first request
+groups its filter keeps (adjacent chunks coalesced into one request). Those reads go one
+at a time through a Python file, so when DataFusion asks a fragment for its scanner the
+chunks it will read are fetched all at once ahead of them (:class:`Ahead`). The first request
 of an object is a suffix GET of :data:`TAIL_BYTES`: it gives the size and the footer at
 once, and is kept for the reads that follow (the dataset's schema read and its scan).
 With ``DATAIO_CACHE_DIR`` on, the cache holds whole objects: a scan takes
@@ -14,9 +16,11 @@ the object from it (or downloads and caches it) and reads it from memory.
 from __future__ import annotations
 
 import collections
+import functools
 import io
 import re
 import threading
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -57,20 +61,106 @@ def _whole(data: Any, start: int, end: int) -> Any:
     return data
 
 
+class _Budget:
+    """Bytes fetched ahead and not yet read, process-wide: a scan of many files at once
+    holds at most :data:`AHEAD_TOTAL` of them."""
+
+    def __init__(self) -> None:
+        self.used = 0
+        self.lock = threading.Lock()
+
+    def take(self, n: int) -> bool:
+        with self.lock:
+            if self.used + n > AHEAD_TOTAL:
+                return False
+            self.used += n
+            return True
+
+    def give(self, n: int) -> None:
+        with self.lock:
+            self.used -= n
+
+
+_budget = _Budget()
+
+
+class Piece:
+    """A byte range fetched ahead (``data`` a future), and how much of it was read."""
+
+    def __init__(self, start: int, end: int, data: Future[Any]) -> None:
+        self.start, self.end, self.data, self.read = start, end, data, 0
+
+
 class Tail:
     """An object's size and its last bytes, shared by every file opened on it, and the
-    byte ranges fetched ahead for a scan (``(start, end, future)``)."""
+    byte ranges a scan will read, fetched ahead in order: at most :data:`AHEAD_WINDOW`
+    bytes at a time (a query that stops early wastes no more), each piece let go once
+    all of it was read (or with the object), returning its bytes to the budget."""
 
     def __init__(self, size: int, start: int, data: Any) -> None:
         self.size, self.start, self.data = size, start, data
-        self.pieces: list[tuple[int, int, Future[Any]]] = []
+        self.pieces: list[Piece] = []
+        self.planned: list[tuple[int, int]] = []  # still to fetch, in order
+        self.fetch: Callable[[int, int], Any] | None = None
+        self.held = [0]  # bytes of pieces not let go yet, for the finalizer
+        self.lock = threading.Lock()
+        weakref.finalize(self, _release, self.held)
+
+    def plan(self, ranges: list[tuple[int, int]], fetch: Callable[[int, int], Any]) -> None:
+        """Fetch ``ranges`` ahead with ``fetch(start, end)``, replacing an earlier plan."""
+        for piece in list(self.pieces):
+            self.drop(piece)
+        with self.lock:
+            self.planned, self.fetch = list(ranges), fetch
+        self._refill()
+
+    def _refill(self) -> None:
+        with self.lock:
+            while self.planned and self.fetch is not None and self.held[0] < AHEAD_WINDOW:
+                start, end = self.planned[0]
+                if not _budget.take(end - start):
+                    break  # other scans hold the budget; read the rest as asked
+                self.planned.pop(0)
+                self.held[0] += end - start
+                future = _prefetch_pool().submit(self.fetch, start, end)
+                self.pieces.append(Piece(start, end, future))
 
     def ahead(self, start: int, end: int) -> Any:
-        """``start..end`` from a range fetched ahead, or None if none holds it all."""
-        for first, last, piece in list(self.pieces):
-            if first <= start and end <= last:
-                return memoryview(piece.result())[start - first : end - first]
-        return None
+        """``start..end`` from the ranges fetched ahead, or None if they do not hold it."""
+        with self.lock:
+            parts = sorted(
+                (p for p in self.pieces if p.start < end and p.end > start), key=lambda p: p.start
+            )
+        at = start
+        for piece in parts:
+            if piece.start > at:
+                break
+            at = max(at, piece.end)
+        if not parts or at < end:
+            with self.lock:  # read on its own: not worth fetching again later
+                self.planned = [(a, b) for a, b in self.planned if b <= start or a >= end]
+            return None
+        views = []
+        for piece in parts:  # one piece: a view; several (a split range): joined
+            a, b = max(start, piece.start), min(end, piece.end)
+            views.append(memoryview(piece.data.result())[a - piece.start : b - piece.start])
+            piece.read += b - a
+            if piece.read >= piece.end - piece.start:  # read whole: pyarrow holds it now
+                self.drop(piece)
+        return views[0] if len(views) == 1 else b"".join(views)
+
+    def drop(self, piece: Piece) -> None:
+        with self.lock:
+            if piece not in self.pieces:
+                return
+            self.pieces.remove(piece)
+            self.held[0] -= piece.end - piece.start
+        _budget.give(piece.end - piece.start)
+        self._refill()
+
+
+def _release(held: list[int]) -> None:
+    _budget.give(held[0])
 
 
 def _tail(uri: str) -> Tail:
@@ -161,9 +251,12 @@ class RangedFile(io.RawIOBase):
         if start >= tail.start:
             data = memoryview(tail.data)[start - tail.start : end - tail.start]
         else:
-            data = tail.ahead(start, end)
+            cut = min(end, tail.start)  # the rest is in the tail
+            data = tail.ahead(start, cut)
             if data is None:
                 data = self._get(start, end)
+            elif cut < end:
+                data = b"".join((data, memoryview(tail.data)[: end - tail.start]))
         self._pos = end
         return data
 
@@ -174,19 +267,22 @@ class RangedFile(io.RawIOBase):
         return len(data)
 
     def _get(self, start: int, end: int) -> Any:
-        import obstore
+        return get_range(self.uri, start, end)
 
-        from dataio.io.config import store_for
-        from dataio.io.errors import call
 
-        loc = self._loc
+def get_range(uri: str, start: int, end: int) -> Any:
+    """Bytes ``start..end`` of the object at ``uri``: one ranged GET through its store."""
+    import obstore
 
-        def get() -> Any:
-            return _whole(
-                obstore.get_range(store_for(loc), loc.key, start=start, end=end), start, end
-            )
+    from dataio.io.config import store_for
+    from dataio.io.errors import call
 
-        return remembered(lambda: call(get, self.uri, "read"))
+    loc = parse(uri)
+
+    def get() -> Any:
+        return _whole(obstore.get_range(store_for(loc), loc.key, start=start, end=end), start, end)
+
+    return remembered(lambda: call(get, uri, "read"))
 
 
 def remembered(fn: Callable[[], T]) -> T:
@@ -255,15 +351,12 @@ def _handler_class() -> type:
             tail = self._file(path).tail
             if tail.start == 0:
                 return  # the whole object is in memory already
-            file = RangedFile(f"{self.scheme}://{path}", tail)
-            budget = AHEAD_BYTES
-            pieces = []
-            for start, end in chunk_ranges(fragment, columns, filter):
-                if start >= tail.start or end - start > budget:
-                    continue  # in the tail already, or past what is held ahead
-                budget -= end - start
-                pieces.append((start, end, _prefetch_pool().submit(file._get, start, end)))
-            tail.pieces = pieces  # replaces an earlier scan's pieces
+            parts = [
+                (at, min(at + AHEAD_PART, end, tail.start))  # the tail is here already
+                for start, end in chunk_ranges(fragment, columns, filter)
+                for at in range(start, min(end, tail.start), AHEAD_PART)
+            ]
+            tail.plan(parts, functools.partial(get_range, f"{self.scheme}://{path}"))
 
         def __eq__(self, other: object) -> bool:
             return other is self
@@ -317,9 +410,11 @@ def _prefetch_pool() -> ThreadPoolExecutor:
         return _pool[0]
 
 
-# Ranges fetched ahead for one file's scan, at most this many bytes (the rest is read
-# as pyarrow asks for it); nearby ranges merge as pyarrow merges them (8 KiB holes)
-AHEAD_BYTES = 256 << 20
+# Ranges fetched ahead for one file's scan: at most this many bytes at a time, in the
+# order pyarrow reads them; nearby ranges merge as pyarrow merges them (8 KiB holes)
+AHEAD_WINDOW = 64 << 20
+AHEAD_PART = 8 << 20  # a larger range is fetched in parts of this size, side by side
+AHEAD_TOTAL = 1 << 30  # all files together
 _HOLE = 8 << 10
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 

@@ -10,6 +10,7 @@ with ``HTTP_PROXY``, as a user behind one would), which records each request's
 
 from __future__ import annotations
 
+import gc
 import io
 import re
 from collections.abc import Callable, Iterator
@@ -347,22 +348,23 @@ def test_the_chunks_a_scan_reads_are_fetched_at_once(monkeypatch: pytest.MonkeyP
 
     from dataio.engine import remote_files
 
-    state = {"now": 0, "most": 0}
+    state = {"now": 0, "most": 0, "bytes": 0}
     lock = threading.Lock()
-    real = remote_files.RangedFile._get
+    real = remote_files.get_range
 
-    def counting(self: remote_files.RangedFile, start: int, end: int) -> object:
+    def counting(uri: str, start: int, end: int) -> object:
         with lock:
             state["now"] += 1
             state["most"] = max(state["most"], state["now"])
+            state["bytes"] += end - start
         time.sleep(0.05)  # a slow link: requests in flight together overlap here
         try:
-            return real(self, start, end)
+            return real(uri, start, end)
         finally:
             with lock:
                 state["now"] -= 1
 
-    monkeypatch.setattr(remote_files.RangedFile, "_get", counting)
+    monkeypatch.setattr(remote_files, "get_range", counting)
     server = RangeServer()
     server.objects["/d/t.parquet"] = DATA
     try:
@@ -372,6 +374,19 @@ def test_the_chunks_a_scan_reads_are_fetched_at_once(monkeypatch: pytest.MonkeyP
         ranged = [c for c, _, h in server.requests if "range" in {k.lower() for k in h}]
         assert len(ranged) >= ROWS // GROUP
         assert state["most"] > 1
+        # what was fetched ahead is let go once read, or with the plan (a query that
+        # stops early reads less than was fetched)
+        assert remote_files._budget.used == 0
+        # small windows and parts: a range split in parts side by side, read whole
+        monkeypatch.setattr(remote_files, "AHEAD_WINDOW", 64 << 10)
+        monkeypatch.setattr(remote_files, "AHEAD_PART", 5_000)
+        state["bytes"] = 0
+        assert scan_parquet(f"{server.url}/d/t.parquet").collect().equals(table())
+        # reads that overtake the window are fetched on their own: a little twice at most
+        assert len(DATA) - (64 << 10) <= state["bytes"] <= len(DATA) + (64 << 10)
+        assert scan_parquet(f"{server.url}/d/t.parquet").head(3).collect().num_rows == 3
+        gc.collect()
+        assert remote_files._budget.used == 0
     finally:
         server.kill()
         config.reset()
