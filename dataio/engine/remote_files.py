@@ -248,6 +248,7 @@ class RangedFile(io.RawIOBase):
         if end <= start:
             return b""
         tail = self.tail
+        data: Any
         if start >= tail.start:
             data = memoryview(tail.data)[start - tail.start : end - tail.start]
         else:
