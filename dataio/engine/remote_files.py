@@ -291,7 +291,10 @@ def remembered(fn: Callable[[], T]) -> T:
     try:
         return fn()
     except DataioError as exc:
-        _recent.append(exc)
+        from dataio.engine.udf_errors import renamed
+
+        # a copy without the traceback, whose frames would keep the scan's buffers alive
+        _recent.append(renamed(exc, str(exc)))
         raise
 
 
