@@ -14,7 +14,15 @@ Contenders, all with the same worker count (the usable cores):
   what torchvision's Resize(256), CenterCrop(224), ToTensor, Normalize do (written
   out by hand: torchvision is not installed here), persistent workers;
 * ``decode full``: simplejpeg full-size decode of each file on a thread pool, no transforms;
-* ``decode draft``: simplejpeg decode at the DCT scale dataio's kernel picks (gap 2).
+* ``decode draft``: simplejpeg decode at the DCT scale dataio's kernel picks (gap 2);
+* ``dataio float32 stats off``: ``dataio float32`` run with ``stats=False`` (and
+  ``progress=False`` where ``run()`` has that option): the cost of the loader's stage
+  clocks and lineage (and progress bar) is the ratio of the two, printed per round
+  (target >= 0.98x). After the rounds, each dataio loader's ``bottleneck()`` line is
+  printed. ``--stats-cost`` runs only these two, alternating. A shared machine's load
+  swings a pass by far more than 2%, so the clocks' own cost is also measured where load
+  cannot hide it: the same row tasks on one thread, clocks on and off, best of 30
+  (``clock_cost``), set against the chain's time per image.
 
 The ceilings decode with simplejpeg's defaults (accurate IDCT, smooth upsampling); where a
 resample follows, dataio uses the fast IDCT, and fast upsampling where it shrinks 2x or
@@ -26,8 +34,10 @@ Nothing here asserts on timings; the targets are printed as met or not met.
 from __future__ import annotations
 
 import argparse
+import inspect
 import math
 import os
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -41,7 +51,10 @@ from _common import BENCH_DATA, PeakRss, format_table, machine_lines, median, mi
 from PIL import Image
 
 import dataio
+from dataio.engine.executor import BatchJob, Executor
 from dataio.engine.lower import image_spec as lower_image_spec
+from dataio.engine.lower import lower
+from dataio.engine.stats import PassStats
 from dataio.testing import make_jpegs
 from dataio.udfs._resample import resample_into
 from dataio.udfs.image import (
@@ -70,6 +83,9 @@ STD = (0.229, 0.224, 0.225)
 PROFILES = {"imagenet-like": (300, 640, 1), "photo": (800, 2400, 2)}
 TARGET_VS_DATALOADER = 2.5
 TARGET_VS_CEILING = 0.85
+TARGET_STATS_ON_VS_OFF = 0.98
+# progress bars exist where run() has the option (issue #17); measured with stats when so
+HAS_PROGRESS = "progress" in inspect.signature(dataio.BoundPipeline.run).parameters
 VERIFY_IMAGES = 8
 STAGE_IMAGES = 48
 PACKAGES = ("numpy", "pillow", "simplejpeg", "torch", "psutil")
@@ -110,10 +126,20 @@ def describe_tensor(tensor: Any) -> str:
     return f"{str(tensor.dtype).removeprefix('torch.')} {tuple(tensor.shape)}"
 
 
-def make_dataio(paths: Sequence[Path], *, normalize: bool) -> dataio.Loader:
-    """One loader kept for every pass (an epoch loop), as the DataLoader keeps its workers."""
+def make_dataio(
+    paths: Sequence[Path], *, normalize: bool, stats: bool = True, progress: bool = False
+) -> dataio.Loader:
+    """One loader kept for every pass (an epoch loop), as the DataLoader keeps its workers.
+
+    ``stats`` turns the loader's stage clocks and lineage on or off; ``progress`` its
+    progress bar (only where ``run()`` has the option), off unless asked so that a run
+    in a terminal measures the same thing as a redirected one.
+    """
     records = [{"image": str(p)} for p in paths]
-    return dataio_pipeline(normalize=normalize).bind(records).run("torch")
+    options: dict[str, Any] = {"stats": stats}
+    if HAS_PROGRESS:
+        options["progress"] = progress
+    return dataio_pipeline(normalize=normalize).bind(records).run("torch", **options)
 
 
 def run_dataio(loader: dataio.Loader) -> tuple[int, str]:
@@ -276,23 +302,64 @@ def interleave(contenders: Sequence[Contender], images: int, rounds: int) -> Non
 
 def build_contenders(
     paths: Sequence[Path], pool: ThreadPoolExecutor, loader: Any
-) -> list[Contender]:
-    """The five contenders over ``paths``, the DataLoader first."""
+) -> tuple[list[Contender], dict[str, dataio.Loader]]:
+    """The contenders over ``paths``, the DataLoader first, and the dataio loaders."""
     spec = image_spec(normalize=True)
     f32, u8 = make_dataio(paths, normalize=True), make_dataio(paths, normalize=False)
-    return [
+    float32, *quiet = _stats_contenders(paths, f32, make_dataio(paths, normalize=True, stats=False))
+    contenders = [
         Contender("DataLoader (Pillow)", lambda: run_dataloader(loader), children=True),
-        Contender("dataio float32", lambda: run_dataio(f32)),
+        float32,
         Contender("dataio uint8 CHW", lambda: run_dataio(u8)),
         Contender("decode full (simplejpeg)", lambda: run_decode(pool, paths, decode_full)),
         Contender(
             "decode draft (dataio scale)",
             lambda: run_decode(pool, paths, lambda p: decode_drafted(p, spec)),
         ),
+        *quiet,
     ]
+    return contenders, {"dataio float32": f32, "dataio uint8 CHW": u8}
 
 
-# -- checks and breakdowns -------------------------------------------------------------
+STATS_OFF = "dataio float32 stats off"
+WITH_PROGRESS = "dataio float32 stats+progress"
+
+
+def _stats_contenders(
+    paths: Sequence[Path], on: dataio.Loader, off: dataio.Loader
+) -> list[Contender]:
+    """dataio float32 (stats on, progress off), with both off, and with both on."""
+    contenders = [
+        Contender("dataio float32", lambda: run_dataio(on)),
+        Contender(STATS_OFF, lambda: run_dataio(off)),
+    ]
+    if HAS_PROGRESS:
+        both = make_dataio(paths, normalize=True, progress=True)
+        contenders.append(Contender(WITH_PROGRESS, lambda: run_dataio(both)))
+    return contenders
+
+
+def stats_lines(contenders: Sequence[Contender], loaders: dict[str, dataio.Loader]) -> list[str]:
+    """Each dataio loader's bottleneck line (its last pass), then stats (and progress) on
+    vs both off, judged on the medians, with the per-round ratios beside."""
+    lines = [f"  {name}: {loader.bottleneck()}" for name, loader in loaders.items()]
+    by_name = {c.name: c for c in contenders}
+    off = by_name[STATS_OFF]
+    checks = [("stats", by_name["dataio float32"])]
+    if WITH_PROGRESS in by_name:
+        checks.append(("stats + progress", by_name[WITH_PROGRESS]))
+    else:
+        checks[0] = ("stats (run() has no progress option yet)", checks[0][1])
+    for what, on in checks:
+        per_round = round_ratios(on, off)  # the two ran in the same round, under the same load
+        value = median(off.seconds) / median(on.seconds)
+        lines.append(
+            f"  target dataio float32 {what} on vs off >= {TARGET_STATS_ON_VS_OFF:.2f}x: "
+            f"{value:.3f}x -> {'MET' if value >= TARGET_STATS_ON_VS_OFF else 'NOT MET'} "
+            f"(per-round ratios: median {median(per_round):.3f}x, "
+            f"{min(per_round):.3f}..{max(per_round):.3f})"
+        )
+    return lines
 
 
 def verify(paths: Sequence[Path]) -> str:
@@ -514,15 +581,88 @@ def run_profile(profile: str, count: int, rounds: int, workers: int) -> None:
     print(verify(paths), flush=True)
     loader = make_dataloader(paths, workers)
     with ThreadPoolExecutor(workers, thread_name_prefix="decode-ceiling") as pool:
-        contenders = build_contenders(paths, pool, loader)
+        contenders, loaders = build_contenders(paths, pool, loader)
         interleave(contenders, len(paths), rounds)
     print(f"\nmedian of {rounds} rounds, batch {BATCH}, {workers} workers each:")
     print(result_table(contenders, len(paths)))
     print(RSS_NOTE)
     print("\n".join(target_lines(contenders, len(paths))))
+    print("loader stats (the last pass of each):")
+    print("\n".join(stats_lines(contenders, loaders)))
+    print("\n".join(clock_cost(paths)))
     print("\nwhere the time goes, " + stage_table(paths, workers))
     load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
     print(f"load average after the profile: {load}", flush=True)
+
+
+def task_ns_per_row(
+    pipe: dataio.Pipeline, records: list[dict[str, Any]], stats: bool, rows_per_task: int
+) -> int:
+    """Nanoseconds per row of one batch's row tasks run on this thread (no pool)."""
+    kernels = lower(pipe)
+    clocks = PassStats(0, 0, ["x"], ["op"], 1) if stats else None
+    executor = Executor(
+        iter(()), kernels, (), prefetch=1, concurrency=len(records), ordered=True, seed=0,
+        epoch=0, stats=clocks,
+    )  # fmt: skip
+    n = len(records)
+    job = BatchJob(range(n), records, kernels, n)
+    job.allocate(None)
+    start = time.perf_counter_ns()
+    for row in range(0, n, rows_per_task):
+        executor._run_rows(job, range(row, min(row + rows_per_task, n)))
+    return (time.perf_counter_ns() - start) // n
+
+
+def clock_cost(paths: Sequence[Path], trials: int = 30) -> list[str]:
+    """What the stage clocks cost per row, measured where load cannot hide it.
+
+    The same row tasks run on this thread with the clocks on and off, alternating, best of
+    ``trials``: a near-free kernel (``decode_bytes`` of 64-byte files, read from paths
+    as the image records are) shows the clocks' own cost per one-row task; the float32
+    image chain's cost per image puts it in proportion.
+    """
+    lines = []
+    with tempfile.TemporaryDirectory() as tmp:
+        files = [Path(tmp) / f"{i}.bin" for i in range(64)]
+        for file in files:
+            file.write_bytes(bytes(64))
+        cheap = dataio.pipeline(dataio.slot("x").decode_bytes(), dataio.batch(64))
+        records = [{"x": str(f)} for f in files]
+        best = {
+            on: min(task_ns_per_row(cheap, records, on, 1) for _ in range(trials))
+            for on in (False, True)
+        }
+    per_row = best[True] - best[False]
+    chain = dataio_pipeline(normalize=True).slots[0].ops
+    image = dataio.pipeline(dataio.slot("x").then(*chain), dataio.batch(16))
+    records = [{"x": str(p)} for p in paths[:16]]
+    image_ns = min(task_ns_per_row(image, records, False, 1) for _ in range(max(3, trials // 6)))
+    lines.append(
+        f"  stage clocks: {per_row:+d} ns per one-row task (decode_bytes of a path: "
+        f"{best[False]} ns off, {best[True]} ns on, best of {trials}); the float32 chain "
+        f"takes {image_ns / 1e6:.2f} ms per image on one thread: clocks cost "
+        f"{per_row / image_ns:.3%} of it -> expected stats on vs off "
+        f"{image_ns / (image_ns + max(per_row, 0)):.4f}x"
+    )
+    return lines
+
+
+def run_stats_cost(profile: str, count: int, rounds: int) -> None:
+    """Only ``dataio float32`` with stats on and off, alternating round by round."""
+    paths = dataset(profile, count)
+    on = make_dataio(paths, normalize=True)
+    off = make_dataio(paths, normalize=True, stats=False)
+    contenders = _stats_contenders(paths, on, off)
+    print(f"\n== stats cost, profile {profile!r}: {len(paths)} JPEGs, {rounds} rounds ==")
+    interleave(contenders, len(paths), rounds)
+    for c in contenders:
+        rate, best = c.rate(len(paths)), len(paths) / min(c.seconds)
+        print(f"  {c.name}: median {rate:.1f} img/s, best {best:.1f} img/s")
+    print("\n".join(stats_lines(contenders, {"dataio float32": on})))
+    best_ratio = min(contenders[1].seconds) / min(contenders[0].seconds)
+    print(f"  best pass with stats vs best pass with both off: {best_ratio:.3f}x")
+    print("\n".join(clock_cost(paths)))
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -533,6 +673,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="a smoke run in under a minute")
     parser.add_argument(
         "--profile", choices=sorted(PROFILES), action="append", help="run only this profile"
+    )
+    parser.add_argument(
+        "--stats-cost", action="store_true", help="only dataio with loader stats on vs off"
     )
     args = parser.parse_args(argv)
     args.images = args.images or (24 if args.quick else 400)
@@ -554,7 +697,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         print("--quick: a smoke run; with so few images a pass is one partial batch, so the")
         print("numbers below mostly measure start-up and are not the benchmark's result")
     for profile in args.profile:
-        run_profile(profile, args.images, args.rounds, workers)
+        if args.stats_cost:
+            run_stats_cost(profile, args.images, args.rounds)
+        else:
+            run_profile(profile, args.images, args.rounds, workers)
 
 
 if __name__ == "__main__":

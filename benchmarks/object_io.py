@@ -73,6 +73,8 @@ from _common import (
 
 import dataio
 from dataio.engine.pool import cpu_workers
+from dataio.sources import archives
+from dataio.sources.archives import expand_braces
 from dataio.testing import make_jpegs
 
 BUCKET = "object-io-bench"
@@ -475,6 +477,228 @@ def rows_for(
     return rows
 
 
+# -- WebDataset shards (--webdataset-local, --webdataset-remote) -------------------------
+
+WDS_SHARDS = 8
+
+
+def wds_shards(root: Path, samples: int, *, seed: int = 11) -> list[Path]:
+    """``WDS_SHARDS`` tar shards of ``samples`` samples each: a ``jpg`` of 4-40 KiB of
+    random bytes and a ``cls``, as WebDataset writers lay them out (made once)."""
+    import io
+    import random
+    import tarfile
+
+    root.mkdir(parents=True, exist_ok=True)
+    paths = [root / f"shard-{i:04d}.tar" for i in range(WDS_SHARDS)]
+    if all(p.exists() for p in paths):
+        return paths
+    rng = random.Random(seed)
+    for i, path in enumerate(paths):
+        with tarfile.open(path, "w") as tar:
+            for n in range(samples):
+                key = f"{i:04d}{n:06d}"
+                for field, data in (
+                    ("jpg", rng.randbytes(rng.randint(4 << 10, 40 << 10))),
+                    ("cls", str(n % 1000).encode()),
+                ):
+                    info = tarfile.TarInfo(f"{key}.{field}")
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+    return paths
+
+
+def wds_local_contenders(paths: Sequence[Path], samples: int) -> list[Contender]:
+    """A pass over the shards' samples (dicts of bytes): dataio, the webdataset package,
+    and a plain tarfile loop."""
+    import tarfile
+
+    import webdataset as wds
+
+    pattern = str(paths[0].parent / f"shard-{{0000..{len(paths) - 1:04d}}}.tar")
+
+    def via_dataio() -> tuple[int, str]:
+        n = total = 0
+        for sample in dataio.webdataset(pattern):
+            n += 1
+            total += len(sample["jpg"])
+        return n, mib(total)
+
+    def via_package() -> tuple[int, str]:
+        n = total = 0
+        for sample in wds.WebDataset(pattern, shardshuffle=False, empty_check=False):
+            n += 1
+            total += len(sample["jpg"])
+        return n, mib(total)
+
+    def via_tarfile() -> tuple[int, str]:
+        members = total = 0
+        for path in paths:
+            with tarfile.open(path) as tar:
+                for member in tar:
+                    handle = tar.extractfile(member)
+                    if handle is not None:
+                        data = handle.read()
+                        members += 1
+                        total += len(data) if member.name.endswith(".jpg") else 0
+        return members // 2, mib(total)
+
+    return [
+        Contender("dataio.webdataset", via_dataio, samples),
+        Contender("webdataset.WebDataset", via_package, samples),
+        Contender("tarfile loop", via_tarfile, samples),
+    ]
+
+
+def run_wds_local(rounds: int, samples: int) -> None:
+    paths = wds_shards(BENCH_DATA / f"object-io-wds-{samples}", samples)
+    size = sum(p.stat().st_size for p in paths)
+    print(f"webdataset, local: {len(paths)} shards, {samples * len(paths)} samples, {mib(size)}")
+    contenders = wds_local_contenders(paths, samples * len(paths))
+    interleave(contenders, rounds, unit="samples")
+    base = {c.name: c.rate() for c in contenders}
+    rows = [
+        [
+            "local",
+            c.name,
+            f"{c.rate():,.0f} samples/s",
+            f"{size / median(c.seconds) / 1e6:,.0f} MB/s",
+            f"{c.rate() / base['webdataset.WebDataset']:.2f}",
+            f"{c.rate() / base['tarfile loop']:.2f}",
+            mib(max(c.growth)),
+        ]
+        for c in contenders
+    ]
+    headers = ["case", "contender", "median", "bytes", "vs package", "vs tarfile", "RSS growth"]
+    print(format_table(headers, rows))
+    ratio = base["dataio.webdataset"] / base["webdataset.WebDataset"]
+    print(
+        f"target local WebDataset >= 2.00 x webdataset package: {ratio:.2f} -> "
+        f"{'met' if ratio >= 2 else 'NOT met'}"
+    )
+
+
+class GetCounter:
+    """Counts the bytes every ``obstore.get`` (ranged or whole) asks for, by patching it."""
+
+    def __init__(self) -> None:
+        import obstore
+
+        self.bytes = 0
+        self.requests = 0
+        self._module = obstore
+        self._get = obstore.get
+
+    def __enter__(self) -> GetCounter:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            result = self._get(*args, **kwargs)
+            start, end = result.range
+            self.bytes += end - start
+            self.requests += 1
+            return result
+
+        self._module.get = counted
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._module.get = self._get
+
+
+def run_wds_remote(rounds: int, samples: int, world: int = 2) -> None:
+    """One epoch over ``WDS_SHARDS`` shards on moto at ``world`` ranks: the bytes each
+    rank fetched (target ~1/world of the shards' bytes) and its time, vs reading the
+    same number of bytes with ``dataio.read`` (whole objects)."""
+    import obstore
+
+    paths = wds_shards(BENCH_DATA / f"object-io-wds-{samples}", samples)
+    size = sum(p.stat().st_size for p in paths)
+    pipe = dataio.pipeline(
+        dataio.slot("jpg").decode_bytes(), dataio.slot("cls").passthrough(), dataio.batch(BATCH)
+    )
+    with moto_server() as url:
+        configure_dataio(url)
+        store = obstore_store(url)
+        for p in paths:
+            obstore.put(store, f"wds/{p.name}", p.read_bytes())
+        pattern = f"s3://{BUCKET}/wds/shard-{{0000..{len(paths) - 1:04d}}}.tar"
+        uris = expand_braces(pattern)
+        print(f"webdataset, remote (moto): {len(paths)} shards, {mib(size)}, {world} ranks")
+        rows = []
+
+        def epoch(source: Any, shard: Any, label: str) -> None:
+            seconds, fetched, requests, delivered = [], 0, 0, 0
+            for _ in range(rounds):
+                with GetCounter() as counter:
+                    started = time.perf_counter()
+                    loader = pipe.bind(source).run(shard=shard)
+                    delivered = sum(len(b["cls"]) for b in loader)
+                    seconds.append(time.perf_counter() - started)
+                fetched, requests = counter.bytes, counter.requests
+            rows.append(
+                [
+                    label,
+                    f"{delivered}",
+                    mib(fetched),
+                    f"{fetched / size:.3f}",
+                    f"{requests}",
+                    f"{median(seconds):.2f} s",
+                    f"{fetched / median(seconds) / 1e6:,.0f} MB/s",
+                ]
+            )
+
+        for rank in range(world):
+            shard = {"id": rank, "of": world}
+            # a fresh source walks every shard's headers first; the same source's later
+            # epochs reuse that index and fetch their own byte ranges only
+            fresh = [dataio.webdataset(pattern) for _ in range(rounds)]
+            sources = iter(fresh)
+            seconds_fresh: list[float] = []
+            with GetCounter() as counter:
+                for source in sources:
+                    archives._KNOWN.clear()  # each rank's first epoch: as a new process
+                    started = time.perf_counter()
+                    delivered = sum(len(b["cls"]) for b in pipe.bind(source).run(shard=shard))
+                    seconds_fresh.append(time.perf_counter() - started)
+            fetched = counter.bytes // rounds
+            rows.append(
+                [
+                    f"rank {rank}/{world}, first epoch (header walk)",
+                    f"{delivered}",
+                    mib(fetched),
+                    f"{fetched / size:.3f}",
+                    f"{counter.requests // rounds}",
+                    f"{median(seconds_fresh):.2f} s",
+                    f"{fetched / median(seconds_fresh) / 1e6:,.0f} MB/s",
+                ]
+            )
+            epoch(fresh[0], shard, f"rank {rank}/{world}, later epochs")
+        epoch(dataio.webdataset(pattern), None, "unsharded epoch (1 rank)")
+        # the raw verbs on the same bytes: whole shards read with dataio.read
+        share = uris[: len(uris) // world]
+        raw = []
+        for _ in range(rounds):
+            started = time.perf_counter()
+            got = sum(len(dataio.read(u)) for u in share)
+            raw.append(time.perf_counter() - started)
+        rows.append(
+            [
+                "dataio.read, 1/world of the shards",
+                "-",
+                mib(got),
+                f"{got / size:.3f}",
+                f"{len(share)}",
+                f"{median(raw):.2f} s",
+                f"{got / median(raw) / 1e6:,.0f} MB/s",
+            ]
+        )
+    headers = ["pass", "samples", "fetched", "share", "requests", "median", "rate"]
+    print(format_table(headers, rows))
+    print(
+        f"samples per epoch {samples * len(paths)}; share = fetched / all shards' bytes "
+        f"(target ~{1 / world:.2f}); medians over {rounds} rounds"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -491,7 +715,26 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="run only the remote safetensors one-tensor subset case",
     )
     parser.add_argument("--safetensors-mib", type=int, default=1024)
+    parser.add_argument(
+        "--webdataset-local",
+        action="store_true",
+        help="only: local WebDataset shards, dataio vs the webdataset package",
+    )
+    parser.add_argument(
+        "--webdataset-remote",
+        action="store_true",
+        help="only: a remote WebDataset epoch over 8 shards at 2 ranks (bytes per rank)",
+    )
+    parser.add_argument("--wds-samples", type=int, default=2000, help="samples per shard")
     args = parser.parse_args(argv)
+    if args.webdataset_local or args.webdataset_remote:
+        for line in machine_lines(("webdataset", *PACKAGES)):
+            print(line)
+        if args.webdataset_local:
+            run_wds_local(args.rounds, args.wds_samples)
+        if args.webdataset_remote:
+            run_wds_remote(args.rounds, args.wds_samples)
+        return
     large_bytes = args.large_mib << 20
     if args.tfrecord_only:
         for line in machine_lines(PACKAGES):

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from dataio import batch_transforms, cond, decoders, limits, progress, testing, transforms
 from dataio.batch import Batch
 from dataio.dataloader import DataLoader
+from dataio.dlpack import TensorView, tensor_view
 from dataio.exceptions import (
     AuthenticationError,
     BatchFailedError,
@@ -155,6 +156,7 @@ __all__ = [
     "Slot",
     "Source",
     "Stream",
+    "TensorView",
     "TransformError",
     "TransportError",
     "TransportTimeoutError",
@@ -224,6 +226,7 @@ __all__ = [
     "sql",
     "sql_context",
     "stream",
+    "tensor_view",
     "testing",
     "transforms",
     "urls",

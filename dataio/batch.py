@@ -28,6 +28,10 @@ class Batch(Mapping[str, Any]):
       a tensor under ``run("torch")``); strings, binary, nested and temporal columns
       and any column with nulls stay a ``pyarrow.Array``.
 
+    Tensor columns (NumPy arrays, torch tensors) are DLPack producers:
+    ``torch.from_dlpack(batch["image"])`` shares the column's memory, as does any other
+    ``from_dlpack`` (JAX, CuPy); see :func:`dataio.tensor_view` for Arrow columns.
+
     Rows that failed under ``on_failure="skip"`` are not in the columns; their errors
     are in :attr:`errors`.
 

@@ -66,6 +66,10 @@ class Limits:
             before and after resampling (2**29 float32 samples are 2 GiB).
         max_sample_rate: Sample rate, in Hz, of a decoded or requested audio stream.
         max_resample_ratio: Largest ratio between source and target sample rates.
+        max_rejects: Entries a loader's rejects table keeps (the newest; older ones
+            are dropped and counted), however many rows a dataset makes fail.
+        max_lineage_batches: Batches whose positions and keys a loader's lineage keeps
+            (the newest).
     """
 
     max_image_pixels: int = 1 << 28
@@ -79,6 +83,8 @@ class Limits:
     max_audio_samples: int = 1 << 29
     max_sample_rate: int = 768_000
     max_resample_ratio: int = 64
+    max_rejects: int = 100_000
+    max_lineage_batches: int = 4096
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):

@@ -6,6 +6,7 @@ import math
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from time import perf_counter_ns
 from typing import Any
 
 import numpy as np
@@ -23,8 +24,12 @@ from dataio.engine.device_normalize import (
 )
 from dataio.engine.executor import Executor
 from dataio.engine.export import check_device, to_arrow, to_torch
-from dataio.engine.lower import lower
+from dataio.engine.lineage import Lineage
+from dataio.engine.lower import SlotKernel, lower
+from dataio.engine.pool import cpu_workers
+from dataio.engine.rejects import RejectLog
 from dataio.engine.state import LoaderState, validate_state
+from dataio.engine.stats import PassStats, StatsLog, bottleneck_line
 from dataio.engine.stream import ShardSpec, plan_chunks
 from dataio.exceptions import BatchFailedError, DataioError, PlanError
 from dataio.pictures import pixel_formats
@@ -45,6 +50,7 @@ def _check_options(
     log_errors: Any,
     seed: Any,
     epoch: Any,
+    stats: Any,
 ) -> None:
     if output not in OUTPUTS:
         raise PlanError(f"run() output must be one of {list(OUTPUTS)}, got {output!r}")
@@ -62,9 +68,22 @@ def _check_options(
         )
     if not (isinstance(log_errors, bool) or callable(log_errors)):
         raise PlanError(f"log_errors must be True, False or a callable, got {log_errors!r}")
+    if stats is not None and not isinstance(stats, bool):
+        raise PlanError(f"stats must be True, False or None, got {stats!r}")
     for name, value in (("seed", seed), ("epoch", epoch)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise PlanError(f"{name} must be a non-negative integer, got {value!r}")
+
+
+def _lower(plan: Pipeline, backend: str, device: str | None) -> tuple[SlotKernel, ...]:
+    """The slot kernels of ``backend``; DALI is imported only when asked for."""
+    if backend == "native":
+        return lower(plan)
+    if backend == "dali":
+        from dataio.engine.dali import lower_dali
+
+        return lower_dali(plan, device=device)
+    raise PlanError(f"backend must be 'native' or 'dali', got {backend!r}")
 
 
 class Loader:
@@ -79,6 +98,10 @@ class Loader:
     middle. Breaking out of a loop, an exception or garbage collection cancel the pass's
     queued work; :meth:`close` (or leaving the ``with`` block) ends the loader.
     ``next(loader)`` takes one batch of the current pass, starting one when none runs.
+
+    What happened is kept for inspection: :meth:`rejects` (every row a pass skipped or
+    failed on), :meth:`stats` and :meth:`bottleneck` (where each pass's time went) and
+    :meth:`lineage` (which samples each batch held).
     """
 
     def __init__(
@@ -96,11 +119,13 @@ class Loader:
         shard: Mapping[str, Any] | str | None,
         max_prefetch_bytes: int | None,
         device: str | None,
+        stats: bool | None = None,
         progress: bool | str | None = None,
+        backend: str = "native",
     ) -> None:
         if device is not None and output == "torch":
             check_device(device)  # an absent device fails run() itself, before anything
-        _check_options(output, concurrency, order, on_failure, log_errors, seed, epoch)
+        _check_options(output, concurrency, order, on_failure, log_errors, seed, epoch, stats)
         if device is not None and output != "torch":
             raise PlanError(f"device={device!r} needs run('torch'), not run({output!r})")
         self.plan = plan
@@ -109,15 +134,29 @@ class Loader:
         self.source: Source = records_source(records)
         self._progress = progress_bars.resolve(progress)  # type: ignore[arg-type]
         self.shard = ShardSpec.parse(shard)
-        self._policy = FailurePolicy(on_failure, log_errors)
-        # a CUDA target gets uint8 image rows and normalizes them there (a quarter of
-        # the bytes over the bus); the host kernels stop before normalize
+        # the native kernels send a CUDA target uint8 image rows and normalize them there
+        # (a quarter of the bytes over the bus); DALI normalizes in its own GPU pipeline
         self._device_steps: tuple[DeviceNormalize, ...] = ()
         host_plan = plan
-        if on_device(output, device):
+        if backend == "native" and on_device(output, device):
             host_plan, self._device_steps = split_normalize(plan)
         self._device_constants = DeviceConstants()
-        self._kernels = lower(host_plan)
+        self._kernels = _lower(host_plan, backend, device)
+        media = [
+            (k.name, slot.ops[0].name)
+            for k, slot in zip(self._kernels, plan.slots, strict=True)
+            if not k.passthrough
+        ]
+        self._media_slots = tuple(name for name, _ in media)
+        self._media_ops = tuple(op for _, op in media)
+        if stats is None:  # off where a batch costs microseconds (passthrough columns only)
+            stats = bool(plan.record_maps) or not all(k.passthrough for k in self._kernels)
+        self._collect_stats = stats
+        self._stats_log = StatsLog()
+        self._rejects = RejectLog(dict(media))
+        self._policy = FailurePolicy(on_failure, log_errors, self._rejects)
+        self._lineage = Lineage()
+        self._last_stats: PassStats | None = None  # the newest pass's clocks
         self._pixels = pixel_formats(plan)  # batches carry it for dataio.show
         self._unstacked = padded_slots(plan.batch_ops)
         self._plain = output == "numpy" and not plan.batch_ops and not plan.batch_maps
@@ -160,10 +199,19 @@ class Loader:
         if self._closed:
             raise DataioError("the loader is closed; call run() again for a new loader")
         self._abandon()
+        self._close_books()
         if not self._fresh:
             self._epoch += 1
             self._consumed = 0
             self._fresh = True
+        stats = None
+        if self._collect_stats:
+            stats = self._stats_log.begin(
+                self._epoch, self._media_slots, self._media_ops, cpu_workers()
+            )
+        self._last_stats = stats
+        self._rejects.begin(self._epoch)
+        self._lineage.begin()
         source = _projected(self.source.at_epoch(self._epoch), self._kernels, self.plan)
         chunks = plan_chunks(source, self.plan.shape, self.shard, self._consumed)
         if self.select_chunks is not None:
@@ -178,8 +226,11 @@ class Loader:
             seed=self._seed,
             epoch=self._epoch,
             pool=self._pool,
+            stats=stats,
         )
-        current = _Pass(self, executor, self._epoch)
+        shape = self.plan.shape
+        first = self._consumed // shape.size if isinstance(shape, BatchStage) else 0
+        current = _Pass(self, executor, self._epoch, stats, first)
         if self._progress:  # a bar per pass; nothing per batch when progress is off
             current.bar = progress_bars.pass_bar(True, total=_batches(self), epoch=self._epoch)
         self._pass_ref = weakref.ref(current)
@@ -194,6 +245,17 @@ class Loader:
         running.executor.close()
         if running.bar is not None:
             running.bar.close()
+        self._close_books()
+
+    def _close_books(self, *, finished: bool = False) -> None:
+        """End the newest pass's clock and log its rejects summary (once per pass)."""
+        stats = self._last_stats
+        if stats is not None:
+            stats.end()
+            if stats.batches == 0:  # an iter() probe: nothing to report
+                self._stats_log.forget(stats)
+            self._last_stats = None
+        self._rejects.end(finished=finished)
 
     def _finish(self, current: _Pass) -> None:
         """The pass delivered its last batch: the loader stands at the next epoch."""
@@ -202,6 +264,7 @@ class Loader:
             current.executor.close()
             if current.bar is not None:
                 current.bar.close()
+            self._close_books(finished=True)
             self._epoch = current.epoch + 1
             self._consumed = 0
             self._fresh = True
@@ -212,8 +275,19 @@ class Loader:
         if self._pass_ref() is not current:
             raise StopIteration  # finished, or superseded by a newer pass
         executor = current.executor
+        stats = current.stats
+        if stats is not None:
+            entered = perf_counter_ns()
+            if stats.last_return_ns is not None:  # the caller's own code since then
+                stats.consumer_ns += entered - stats.last_return_ns
+                stats.last_return_ns = None
         try:
             job = executor.next_job()
+            fetched = 0
+            if stats is not None:
+                fetched = perf_counter_ns()
+                if executor.inline:  # the executor times its waits and reads otherwise
+                    stats.source_ns += fetched - entered
             if job is None:
                 self._finish(current)
                 raise StopIteration
@@ -224,7 +298,7 @@ class Loader:
                 self._consumed += job.size
             last = executor.drained
             try:
-                item = self._deliver(job, current.epoch)
+                item = self._deliver(job, current, fetched)
             except BatchFailedError:
                 # a failed batch is consumed like any other: the pass goes on (or, when
                 # it was the last one, ends)
@@ -240,6 +314,8 @@ class Loader:
             raise
         if last:
             self._finish(current)
+        if stats is not None:
+            stats.last_return_ns = perf_counter_ns()
         return item
 
     def __next__(self) -> Any:
@@ -267,7 +343,18 @@ class Loader:
         mine = rounds + (1 if rest and self.shard.pad else 0)
         return mine // shape.size if shape.drop_last else math.ceil(mine / shape.size)
 
-    def _deliver(self, job: Any, epoch: int) -> Any:
+    def _deliver(self, job: Any, current: _Pass, fetched: int) -> Any:
+        """Build the item; ``fetched``: when the job was taken (stats on)."""
+        epoch, number, stats = current.epoch, current.batches, current.stats
+        current.batches += 1
+        self._rejects.seen(number, job.size)
+        if stats is None:
+            return self._build(job, epoch)
+        stats.batches += 1
+        stats.rows += job.size
+        return self._build_timed(job, epoch, number, stats, fetched)
+
+    def _build(self, job: Any, epoch: int) -> Any:
         batch = assemble(job, self._policy, self._unstacked)
         batch.pixels = self._pixels
         if self._plain:  # numpy output, no batch transforms or maps: the batch as built
@@ -284,6 +371,112 @@ class Loader:
         for batch_map in self.plan.batch_maps:
             item = batch_map.fn(item)
         return item
+
+    def _build_timed(
+        self, job: Any, epoch: int, number: int, stats: PassStats, fetched: int
+    ) -> Any:
+        """:meth:`_build`, timing each step and recording the batch's lineage."""
+        try:
+            batch = assemble(job, self._policy, self._unstacked)
+        finally:
+            built = perf_counter_ns()
+            stats.assemble_ns += built - fetched
+        batch.pixels = self._pixels
+        if self.plan.batch_ops:
+            batch = apply_batch_ops(batch, self.plan.batch_ops, self._seed, epoch)
+            stats.batch_ops_ns += perf_counter_ns() - built
+        # after batch transforms: a batch shuffle reorders the rows the lineage lists
+        self._lineage.record(epoch, number, batch._indices, batch._keys)
+        if self._plain:
+            return batch
+        item: Any = batch
+        start = perf_counter_ns()
+        if self.output == "torch":
+            item = to_torch(batch, self.device)
+            if self._device_steps:
+                item = apply_on_device(item, self._device_steps, self._device_constants)
+        elif self.output == "arrow":
+            item = to_arrow(batch)
+        exported = perf_counter_ns()
+        stats.export_ns += exported - start
+        if self.plan.batch_maps:
+            for batch_map in self.plan.batch_maps:
+                item = batch_map.fn(item)
+            stats.batch_ops_ns += perf_counter_ns() - exported
+        return item
+
+    # -- what happened ------------------------------------------------------------------
+
+    def rejects(self) -> Any:
+        """Every row a pass skipped or failed on, as a ``pyarrow.Table``.
+
+        One row per rejected record: ``epoch``, ``batch`` (its number in the epoch, as
+        in :meth:`lineage`), ``position`` (in the unsharded stream), ``key``, ``slot``,
+        ``stage`` (``read``, ``decode``, ``field``, ``assemble`` or ``record map``),
+        ``op`` (the slot's decoder for ``decode``), ``error_type``, ``message``,
+        ``source`` (the path or URI the value came from, when the field holds one) and
+        ``outcome`` (``skipped``: dropped from a delivered batch; ``failed``: its batch
+        raised). The newest ``limits.max_rejects`` entries are kept; the schema metadata
+        ``dropped`` counts older ones. Query it with ``dataio.sql``.
+
+        Example:
+            >>> dataio.sql(  # doctest: +SKIP
+            ...     "SELECT error_type, count(*) AS n FROM rejects GROUP BY error_type",
+            ...     rejects=loader.rejects(),
+            ... ).collect()
+        """
+        return self._rejects.table()
+
+    def stats(self) -> Any:
+        """Per-stage timings of each pass (the newest 1024), as a ``pyarrow.Table``.
+
+        One row per pass and stage: ``pass``, ``epoch``, ``stage`` (``source``,
+        ``read``, ``decode`` per media slot, ``transform``, ``assemble``, ``export``,
+        ``consumer wait``, ``consumer``), ``slot``, ``op``, ``thread`` (``workers`` or
+        ``consumer``), ``seconds``, ``share`` (of worker time for worker stages, of the
+        pass's wall time for consumer-thread stages), and per pass ``wall_seconds``,
+        ``worker_seconds``, ``workers``, ``batches`` and ``rows``. The schema metadata
+        ``summary`` is :meth:`bottleneck`. Empty when stats are off (``run(...,
+        stats=False)``, the default for plans of passthrough slots only).
+
+        Example:
+            >>> loader.stats().to_pandas()  # doctest: +SKIP
+        """
+        return self._stats_log.table()
+
+    def bottleneck(self) -> str:
+        """One line naming what bound the newest pass, e.g. ``"decode-bound: 81% of
+        worker time in decode_image (workers busy 97%); the consumer waited 0.2 s of
+        3.4 s"``.
+
+        Example:
+            >>> print(loader.bottleneck())  # doctest: +SKIP
+        """
+        passes = self._stats_log.passes
+        if not passes:
+            if not self._collect_stats:
+                return (
+                    "no stats: the loader runs with stats=False (the default for plans of "
+                    "passthrough slots only); run(..., stats=True) collects them"
+                )
+            return "no pass ran yet"
+        return bottleneck_line(passes[-1])
+
+    def lineage(self) -> Any:
+        """Which samples each batch held, as a ``pyarrow.Table``, for the newest
+        ``limits.max_lineage_batches`` batches (metadata ``dropped`` counts older ones).
+
+        One row per sample: ``epoch``, ``batch`` (its number in the epoch as the
+        caller received them: the step index of a training loop, counting from the
+        checkpoint's batch on resume), ``row`` (in the batch, after batch transforms
+        such as a shuffle), ``position`` (in the unsharded stream) and ``key``. Rows
+        dropped under ``on_failure="skip"`` are absent. Empty when stats are off.
+
+        Example:
+            >>> table = loader.lineage()  # doctest: +SKIP
+            >>> table.filter(pc.field("batch") == 1234)  # doctest: +SKIP
+        """
+        return self._lineage.table()
 
     # -- epochs and checkpoints --------------------------------------------------------
 
@@ -355,6 +548,7 @@ class Loader:
         if not self._closed:
             self._closed = True
             self._abandon()
+            self._close_books()
             self._pool.release()
 
     @property
@@ -421,10 +615,15 @@ class _Pass:
 
     bar: progress_bars.PassBar | None = None
 
-    def __init__(self, loader: Loader, executor: Executor, epoch: int) -> None:
+    def __init__(
+        self, loader: Loader, executor: Executor, epoch: int, stats: PassStats | None, first: int
+    ) -> None:
         self.loader = loader
         self.executor = executor
         self.epoch = epoch
+        self.stats = stats
+        #: the number (in the epoch) of the next batch delivered
+        self.batches = first
         self._thread = threading.get_ident()
 
     def __iter__(self) -> _Pass:
@@ -438,6 +637,9 @@ class _Pass:
         self.loader._abandon(self)
 
     def __del__(self) -> None:
+        stats = getattr(self, "stats", None)
+        if stats is not None:
+            stats.end()
         executor = getattr(self, "executor", None)
         if executor is not None:  # a dropped iterator cancels its pass's queued work
             # wait for running tasks only on the consumer's thread: a garbage collection

@@ -13,6 +13,7 @@ from dataio.batch import Batch
 from dataio.engine.columns import arrow_column
 from dataio.engine.executor import BatchJob
 from dataio.engine.lower import SlotKernel
+from dataio.engine.rejects import RejectLog
 from dataio.exceptions import BatchFailedError, DataioError, ShapeMismatchError
 from dataio.plan.ops import Op
 
@@ -31,10 +32,15 @@ class FailurePolicy:
     """``on_failure`` and ``log_errors`` of a run, applied to each finished job."""
 
     def __init__(
-        self, on_failure: str | int, log_errors: bool | Callable[[Exception], Any]
+        self,
+        on_failure: str | int,
+        log_errors: bool | Callable[[Exception], Any],
+        rejects: RejectLog | None = None,
     ) -> None:
         self.on_failure = on_failure
         self.log_errors = log_errors
+        #: where every bad row is recorded, skipped or failed
+        self.rejects = rejects
 
     def report(self, errors: list[DataioError]) -> None:
         """Send row errors to the configured logger or callback."""
@@ -44,6 +50,12 @@ class FailurePolicy:
         elif callable(self.log_errors):
             for error in errors:
                 self.log_errors(error)
+
+    def survives(self, survivors: int) -> bool:
+        """Whether a batch with row errors and ``survivors`` good rows is delivered."""
+        if self.on_failure == "strict":
+            return False
+        return survivors >= (1 if self.on_failure == "skip" else int(self.on_failure))
 
     def check(self, errors: list[DataioError], survivors: int, total: int) -> None:
         """Raise when the batch does not meet the policy."""
@@ -199,10 +211,15 @@ def assemble(
 
     Slots in ``unstacked`` stay lists of rows (a later batch transform pads them). Rows
     of a stacked slot whose shape is not the batch's most common one are row errors
-    (:func:`_mark_odd_shapes`), dropped under ``skip`` like any other bad row.
+    (:func:`_mark_odd_shapes`), dropped under ``skip`` like any other bad row. Every
+    bad row goes to the policy's rejects log, skipped or failed.
     """
+    rejects = policy.rejects
     if job.fatal:
-        raise min(job.fatal, key=lambda item: item[0])[1]
+        fatal = sorted(job.fatal, key=lambda item: item[0])
+        if rejects is not None:
+            rejects.record(job, fatal, failed=True, stage="record map")
+        raise fatal[0][1]
     kernels = job.kernels
     by_row = job.errors
     row_values = job.row_values
@@ -226,9 +243,14 @@ def assemble(
             sizes=job.sizes,  # type: ignore[arg-type]
             row_values=row_values,
         )
-    errors = [by_row[row] for row in sorted(by_row)]
+    bad = sorted(by_row)
+    errors = [by_row[row] for row in bad]
     policy.report(errors)
     keep = [row for row in range(job.size) if row not in by_row]
+    if rejects is not None:
+        failures = [(row, by_row[row]) for row in bad]
+        failed = not policy.survives(len(keep))
+        rejects.record(job, failures, failed=failed)
     policy.check(errors, len(keep), job.size)
     columns = {k.name: _column(job, k, keep, unstacked) for k in kernels}
     sizes = {name: [s[row] for row in keep] for name, s in job.sizes.items()}

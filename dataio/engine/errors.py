@@ -41,6 +41,10 @@ def translate(exc: BaseException, where: str, path: str | None = None) -> Dataio
 
     if (known := raised_error(str(exc), where)) is not None:
         return known
+    from dataio.engine.remote_files import scan_error
+
+    if (failed := scan_error(str(exc), where, path)) is not None:  # reading a remote file
+        return failed
     lowered = message.lower()
     if path is not None and (
         "no such file" in lowered or ("not found" in lowered and "field" not in lowered)

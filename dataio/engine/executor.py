@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import copy
 import os
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from time import perf_counter_ns
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +36,7 @@ from dataio.engine.buffers import BufferPool
 from dataio.engine.columns import arrow_column, value_reader
 from dataio.engine.lower import SlotKernel
 from dataio.engine.pool import cpu_pool, cpu_workers
+from dataio.engine.stats import MAPS, READ, SLOTS, TASKS, PassStats
 from dataio.engine.stream import Chunk
 from dataio.exceptions import DataioError, DecodeError, FieldError
 from dataio.io import read_bytes
@@ -81,7 +84,8 @@ class BatchJob:
     ``end`` is the rank-local sample count once this batch is delivered. The rows are
     ``records`` (Python) or ``batch`` (Arrow). ``columns`` holds slots taken whole
     (Arrow arrays or lists); ``values`` per-row values of the other unbuffered slots;
-    ``errors`` maps a row to its error.
+    ``errors`` maps a row to its error, and ``stages`` (``None`` until a row fails
+    outside its kernel) the stage it failed in, for the rejects table.
     """
 
     __slots__ = (
@@ -97,6 +101,7 @@ class BatchJob:
         "inactive",
         "kernels",
         "keys",
+        "pending",
         "positions",
         "readers",
         "records",
@@ -104,6 +109,7 @@ class BatchJob:
         "row_values",
         "size",
         "sizes",
+        "stages",
         "values",
     )
 
@@ -134,9 +140,12 @@ class BatchJob:
         self.columns: dict[str, Any] = {}
         self.readers: dict[str, Callable[[int], Any]] = {}
         self.sizes: dict[str, list[tuple[int, ...] | None]] = {}
+        #: per batch-step slot (``SlotKernel.finish``): each row's prepared input
+        self.pending: dict[str, list[Any]] = {}
         #: a list of row keys, or a callable / Arrow array giving them (read lazily)
         self.keys: Any = None
         self.errors: dict[int, DataioError] = {}
+        self.stages: dict[int, str] | None = None
         self.fatal: list[tuple[int, BaseException]] = []
         self.inactive: dict[str, set[int]] = {}
         #: slots holding one Python value per record (passthrough and object slots)
@@ -155,7 +164,9 @@ class BatchJob:
         job.end, job.size, job.remaining, job.done = end, len(positions), 0, True
         job.arrow, job.final, job.keys, job.columns = True, False, None, {}
         job.buffers = job.values = job.readers = job.sizes = job.errors = job.inactive = _NONE
+        job.pending = _NONE
         job.fatal = []
+        job.stages = None
         job.row_values = frozenset()
         return job
 
@@ -179,6 +190,8 @@ class BatchJob:
             else:
                 self.values[kernel.name] = [None] * n
             self.sizes[kernel.name] = [None] * n
+            if kernel.finish is not None:
+                self.pending[kernel.name] = [None] * n
 
     def key_at(self, row: int) -> Any:
         """The key of one row (for error messages)."""
@@ -228,8 +241,15 @@ class Executor:
         seed: int,
         epoch: int,
         pool: BufferPool | None = None,
+        stats: PassStats | None = None,
     ) -> None:
         self._chunks = chunks
+        #: the pass's clocks, or ``None`` when the loader collects no stats
+        self._stats = stats
+        # the clock slot of each kernel (media slots only; -1: passthrough), and whether
+        # kernels are timed one by one (several media slots; one slot's is the rest)
+        self._clock_slots = _clock_slots(kernels)
+        self._per_slot = sum(1 for k in kernels if not k.passthrough) > 1
         self._pool = pool
         self._kernels = kernels
         self._maps = tuple(m.fn for m in record_maps)
@@ -272,13 +292,19 @@ class Executor:
         if self._inline:
             return self._next_inline()
         self._fill()
+        stats = self._stats
         with self._cond:
             while self._jobs:
                 job = self._ready_job()
                 if job is not None:
                     self._jobs.remove(job)
                     break
-                self._cond.wait()
+                if stats is None:
+                    self._cond.wait()
+                else:
+                    start = perf_counter_ns()
+                    self._cond.wait()
+                    stats.wait_ns += perf_counter_ns() - start
             else:
                 return None
         self._fill()
@@ -300,10 +326,18 @@ class Executor:
             self._exhausted = True
             return None
         job = self._job(chunk)
-        if not job.arrow:
-            self._run_rows(job, range(job.size))
-        else:  # passthrough columns of Arrow rows: taken whole already
+        if job.arrow:  # passthrough columns of Arrow rows: taken whole already
             job.remaining, job.done = 0, True
+        elif self._stats is None:
+            self._run_rows(job, range(job.size))
+        else:
+            # the loader counts this whole call as source; gathering the columns of
+            # Python records is batch assembly
+            start = perf_counter_ns()
+            self._run_rows(job, range(job.size))
+            gathered = perf_counter_ns() - start
+            self._stats.assemble_ns += gathered
+            self._stats.source_ns -= gathered
         try:
             self._next_chunk = next(self._chunks, None)
         except Exception as exc:
@@ -417,12 +451,16 @@ class Executor:
         return passthrough, media, key, key_slot
 
     def _fill(self) -> None:
+        stats = self._stats
         while not self._exhausted and len(self._jobs) < self._prefetch:
+            start = 0 if stats is None else perf_counter_ns()
             chunk = next(self._chunks, None)
             if chunk is None:
                 self._exhausted = True
                 break
             job = self._job(chunk)
+            if stats is not None:
+                stats.source_ns += perf_counter_ns() - start
             with self._lock:
                 self._jobs.append(job)
                 rows = range(job.size)
@@ -432,6 +470,12 @@ class Executor:
                     step = _rows_per_task(job.size, self._limit) if job.arrow else 1
                     self._queue.extend((job, rows[row : row + step]) for row in rows[::step])
             self._admit()
+
+    @property
+    def inline(self) -> bool:
+        """Whether :meth:`next_job` builds each batch on the caller's thread (plans of
+        passthrough slots only, without record maps): the whole call reads the source."""
+        return self._inline
 
     @property
     def drained(self) -> bool:
@@ -474,24 +518,37 @@ class Executor:
         self._admit()
 
     def _run_rows(self, job: BatchJob, rows: range) -> None:
+        stats = self._stats
+        clock = None if stats is None or self._inline else stats.clock()
+        start = 0 if clock is None else perf_counter_ns()
         try:
             if job.arrow:
                 if job.readers:
                     for row in rows:
-                        self._process_arrow(job, row)
+                        self._process_arrow(job, row, clock)
             elif not (self._whole_jobs and self._columns_at_once(job)):
                 for row in rows:
-                    self._process(job, row)
+                    self._process(job, row, clock)
         finally:
             if self._inline:
                 job.remaining = 0
                 job.done = True
             else:
+                if clock is not None:
+                    clock[TASKS] += perf_counter_ns() - start
                 with self._cond:
                     job.remaining -= len(rows)
-                    if job.remaining == 0:
+                    last = job.remaining == 0
+                    if last and not job.pending:
                         job.done = True
                         self._cond.notify_all()
+                if last and job.pending:  # the batch steps run once every row is prepared
+                    try:
+                        _finish(job)
+                    finally:
+                        with self._cond:
+                            job.done = True
+                            self._cond.notify_all()
 
     def _columns_at_once(self, job: BatchJob) -> bool:
         """Passthrough-only batches of plain dicts: one list per column, no per-row calls.
@@ -521,19 +578,35 @@ class Executor:
             if kernel.optional and None in columns[kernel.name]:
                 return False  # None rows are inactive rows: the per-row path marks them
         job.columns.update(columns)
-        job.keys = lambda: [record_key(record) for record in records]
+        job.keys = self._record_keys(records)
         return True
 
-    def _process(self, job: BatchJob, row: int) -> None:
+    def _record_keys(self, records: list[Any]) -> Any:
+        """The rows' keys, read when asked; with stats on (lineage keeps keys, and must
+        not keep the records a function over them would) taken at once in C when every
+        record has a ``key`` (or every one a ``__key__``) field."""
+        if self._stats is not None and _fast is not None:
+            for name in ("key", "__key__"):
+                found = _fast.columns(records, (name,))
+                if found is not None:
+                    return found[0]
+        return lambda: [record_key(record) for record in records]
+
+    def _process(self, job: BatchJob, row: int, clock: list[int] | None = None) -> None:
         index = job.positions[row]
         assert job.records is not None
         record = job.records[row]
-        try:
-            for fn in self._maps:
-                record = fn(record)
-        except BaseException as exc:
-            job.fatal.append((row, exc))
-            return
+        if self._maps:
+            start = 0 if clock is None else perf_counter_ns()
+            try:
+                for fn in self._maps:
+                    record = fn(record)
+            except BaseException as exc:
+                job.fatal.append((row, exc))
+                return
+            finally:
+                if clock is not None:
+                    clock[MAPS] += perf_counter_ns() - start
         key = record_key(record)
         if job.keys is None:
             job.keys = [None] * job.size
@@ -545,7 +618,7 @@ class Executor:
             return
         for number, kernel in enumerate(self._kernels):
             try:
-                self._run_slot(job, row, index, number, kernel, record)
+                self._run_slot(job, row, index, number, kernel, record, clock)
             except DataioError as exc:
                 job.errors[row] = exc.with_row(index=index, key=key, slot=kernel.name)
                 return
@@ -563,6 +636,7 @@ class Executor:
         number: int,
         kernel: SlotKernel,
         record: Mapping[str, Any],
+        clock: list[int] | None,
     ) -> None:
         if kernel.optional and (
             (kernel.active is not None and not kernel.active.evaluate(record))
@@ -580,22 +654,47 @@ class Executor:
         if kernel.run is None:
             job.values[kernel.name][row] = value
             return
-        self._decode(job, row, index, number, kernel, value)
+        self._decode(job, row, index, number, kernel, value, clock)
 
     def _decode(
-        self, job: BatchJob, row: int, index: int, number: int, kernel: SlotKernel, value: Any
+        self,
+        job: BatchJob,
+        row: int,
+        index: int,
+        number: int,
+        kernel: SlotKernel,
+        value: Any,
+        clock: list[int] | None,
     ) -> None:
         assert kernel.run is not None
         rng = record_rng(self._seed, self._epoch, index, number) if kernel.random else None
         buffer = job.buffers.get(kernel.name)
-        out, source_size = kernel.run(
-            _field_bytes(value, kernel), rng, None if buffer is None else buffer[row]
-        )
-        if buffer is None:
+        if kernel.finish is not None:  # prepare the row; the batch step computes it
+            buffer = None
+        # a value in memory needs no read: no clock read for it
+        start = 0 if clock is None or isinstance(value, _IN_MEMORY) else perf_counter_ns()
+        try:
+            data = _field_bytes(value, kernel)
+        except BaseException:
+            _failed_in(job, row, "read")
+            raise
+        if start and clock is not None:
+            clock[READ] += perf_counter_ns() - start
+        if clock is None or not self._per_slot:
+            out, source_size = kernel.run(data, rng, None if buffer is None else buffer[row])
+        else:
+            begin = perf_counter_ns()
+            try:
+                out, source_size = kernel.run(data, rng, None if buffer is None else buffer[row])
+            finally:
+                clock[self._clock_slots[number]] += perf_counter_ns() - begin
+        if kernel.finish is not None:
+            job.pending[kernel.name][row] = out
+        elif buffer is None:
             job.values[kernel.name][row] = out
         job.sizes[kernel.name][row] = source_size
 
-    def _process_arrow(self, job: BatchJob, row: int) -> None:
+    def _process_arrow(self, job: BatchJob, row: int, clock: list[int] | None = None) -> None:
         """Run the media slots of one Arrow row; passthrough columns were taken whole."""
         index = job.positions[row]
         for number, kernel in enumerate(self._kernels):
@@ -608,7 +707,7 @@ class Executor:
                     if kernel.name in job.values:
                         job.values[kernel.name][row] = None
                     continue
-                self._decode(job, row, index, number, kernel, value)
+                self._decode(job, row, index, number, kernel, value, clock)
             except DataioError as exc:
                 job.errors[row] = exc.with_row(index=index, key=job.key_at(row), slot=kernel.name)
                 return
@@ -616,6 +715,52 @@ class Executor:
                 error = _undocumented(exc)
                 job.errors[row] = error.with_row(index=index, key=job.key_at(row), slot=kernel.name)
                 return
+
+
+def _failed_in(job: BatchJob, row: int, stage: str) -> None:
+    """Mark the stage a row failed in, outside its kernel (for the rejects table)."""
+    if job.stages is None:
+        job.stages = {}
+    job.stages[row] = stage
+
+
+#: field values that are the bytes themselves (nothing to read)
+_IN_MEMORY = (bytes, bytearray, memoryview)
+
+
+def _clock_slots(kernels: Sequence[SlotKernel]) -> tuple[int, ...]:
+    """Each kernel's index in a worker clock (see :meth:`PassStats.clock`): media slots
+    in order from :data:`SLOTS`; passthrough slots -1 (they never decode)."""
+    slots: list[int] = []
+    for kernel in kernels:
+        slots.append(-1 if kernel.passthrough else SLOTS + sum(1 for s in slots if s >= 0))
+    return tuple(slots)
+
+
+def _finish(job: BatchJob) -> None:
+    """Run the batch steps of ``job`` over its prepared rows (rows that failed earlier or
+    are inactive were not prepared); a row the step fails gets that row's error."""
+    for kernel in job.kernels:
+        prepared = job.pending.get(kernel.name)
+        if prepared is None or kernel.finish is None:
+            continue
+        rows = [r for r, value in enumerate(prepared) if value is not None and r not in job.errors]
+        if not rows:
+            continue
+        buffer = job.buffers.get(kernel.name)
+        outs = [None if buffer is None else buffer[r] for r in rows]
+        try:
+            results = kernel.finish([prepared[r] for r in rows], outs)
+        except Exception as exc:  # the step failed as a whole: every row carries it
+            error = exc if isinstance(exc, DataioError) else _undocumented(exc)
+            results = [copy.copy(error) for _ in rows]  # each row gets its own position
+        for row, result in zip(rows, results, strict=True):
+            prepared[row] = None  # the input (encoded bytes) is no longer needed
+            if isinstance(result, DataioError):
+                index, key = job.positions[row], job.key_at(row)
+                job.errors[row] = result.with_row(index=index, key=key, slot=kernel.name)
+            elif buffer is None:
+                job.values[kernel.name][row] = result
 
 
 def _rows_per_task(size: int, concurrency: int) -> int:

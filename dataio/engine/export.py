@@ -1,8 +1,9 @@
-"""Outputs: NumPy batches as they are, torch tensors sharing their memory, Arrow batches."""
+"""Outputs: NumPy batches as they are, torch tensors sharing their memory (DLPack), Arrow."""
 
 from __future__ import annotations
 
 import itertools
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -11,9 +12,10 @@ from typing import Any
 import numpy as np
 
 from dataio.batch import Batch
+from dataio.dlpack import EXTRA_CODES, TensorView
 from dataio.exceptions import DataioError, DeviceError
 
-__all__ = ["PinnedRing", "check_device", "to_arrow", "to_torch"]
+__all__ = ["PinnedRing", "as_tensor", "check_device", "to_arrow", "to_torch"]
 
 
 def check_device(device: Any) -> Any:
@@ -168,34 +170,64 @@ def _cuda_ring(target: Any) -> PinnedRing:
 
 
 def to_torch(batch: Batch, device: Any = None) -> Batch:
-    """Convert array columns to torch tensors without copying (``torch.from_numpy``).
+    """Convert tensor columns to torch tensors through DLPack, without copying.
 
-    With a CUDA ``device`` each column is staged through a reused pinned buffer and
-    copied asynchronously (see :class:`PinnedRing`); other devices get ``.to(device)``.
+    NumPy columns (the native kernels' outputs) and any other DLPack producer (DALI,
+    CuPy, :class:`~dataio.TensorView`) become tensors with ``torch.from_dlpack`` over
+    the same memory; a CUDA producer is handed torch's current stream as the
+    consumer's, so its work is ordered before anything torch queues on the tensor.
+    Read-only NumPy columns (zero-copy views of Arrow buffers: labels, scores) are
+    copied: a torch tensor is writable, and a write through it would reach Arrow's
+    immutable, possibly read-only mapped, memory.
+
+    With a CUDA ``device`` each CPU column is staged through a reused pinned buffer and
+    copied asynchronously (see :class:`PinnedRing`); columns already on that device
+    stay as they are; other devices get ``.to(device)``.
     """
     import torch
 
     target = None if device is None else torch.device(device)
     columns: dict[str, Any] = {}
     for name, column in batch._columns.items():
-        if isinstance(column, np.ndarray):
-            tensor = _tensor(torch, column)
-            if target is not None and target.type == "cuda":
-                tensor = _to_cuda(tensor, target)
-            elif target is not None and target.type != "cpu":
-                tensor = tensor.to(target)
-            columns[name] = tensor
-        else:
-            columns[name] = column
+        tensor = as_tensor(column)
+        columns[name] = column if tensor is None else _place(tensor, target)
     return batch.with_columns(columns)
 
 
-def _tensor(torch: Any, array: np.ndarray) -> Any:
-    if not array.flags.writeable:  # a read-only view of an Arrow column: torch wants to own
-        array = array.copy()  # writable memory, and such columns are small (labels, scores)
-    if array.dtype.name == "bfloat16":  # ml_dtypes: torch reads the same bits
-        return torch.from_numpy(array.view(np.uint16)).view(torch.bfloat16)
-    return torch.from_numpy(array)
+def as_tensor(column: Any) -> Any:
+    """``column`` as a torch tensor sharing its memory, or ``None`` if it is no tensor."""
+    import torch
+
+    if isinstance(column, torch.Tensor):
+        return column
+    if isinstance(column, np.ndarray):
+        if not column.flags.writeable:  # see to_torch: never a writable view of Arrow memory
+            column = column.copy()
+        # TensorView exports ml_dtypes (bfloat16, float8), which NumPy cannot, with
+        # DLPack's own type codes
+        producer = TensorView(column) if column.dtype.name in EXTRA_CODES else column
+        try:
+            return torch.from_dlpack(producer)
+        except (BufferError, RuntimeError, TypeError):  # a dtype DLPack has no code for
+            return torch.from_numpy(column)  # torch's own error for the truly unsupported
+    if _is_arrow(column):  # Arrow columns export DLPack too, but stay Arrow (see Batch)
+        return None
+    if hasattr(column, "__dlpack__") and hasattr(column, "__dlpack_device__"):
+        return torch.from_dlpack(column)  # passes torch's current stream for CUDA memory
+    return None
+
+
+def _is_arrow(column: Any) -> bool:
+    pa = sys.modules.get("pyarrow")
+    return pa is not None and isinstance(column, (pa.Array, pa.ChunkedArray))
+
+
+def _place(tensor: Any, target: Any) -> Any:
+    if target is None or (target.type == "cpu" and tensor.device.type == "cpu"):
+        return tensor
+    if tensor.device.type == "cpu" and target.type == "cuda":
+        return _to_cuda(tensor, target)
+    return tensor.to(target)
 
 
 def _to_cuda(tensor: Any, target: Any) -> Any:
@@ -223,7 +255,9 @@ def to_arrow(batch: Batch) -> Any:
             arrays.append(column)  # a passthrough column of Arrow rows, as it came
             names.append(name)
             continue
-        if hasattr(column, "__dlpack__") and not isinstance(column, np.ndarray):
+        if isinstance(column, TensorView):
+            column = np.asarray(column)  # its NumPy array (bfloat16 included)
+        elif hasattr(column, "__dlpack__") and not isinstance(column, np.ndarray):
             column = np.from_dlpack(column)  # a CPU torch tensor: same memory
         if isinstance(column, np.ndarray) and column.ndim == 1:
             arrays.append(pa.array(column))  # one number per row: a plain column

@@ -35,6 +35,7 @@ from dataio.udfs.image import ImageSpec, run_chain, transform_pixels, write_pixe
 __all__ = [
     "ARRAY_OPS",
     "DECODERS",
+    "FinishFn",
     "KernelFn",
     "SlotKernel",
     "image_spec",
@@ -44,6 +45,7 @@ __all__ = [
 ]
 
 KernelFn = Callable[[Any, Any, Any], tuple[Any, tuple[int, ...] | None]]
+FinishFn = Callable[[list[Any], list[Any]], list[Any]]
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,10 @@ class SlotKernel:
         optional: missing fields and ``None`` values give ``None`` rows.
         active: a field predicate deciding, before decoding, whether the row is decoded.
         custom: batch-level custom ops applied to the stacked column.
+        finish: a batch step (the DALI backend): ``run`` then only prepares each row's
+            input, and ``finish(prepared, outs)`` computes the batch's rows at once,
+            writing each into its ``outs`` row (``None``: return a new array) and
+            giving an array or a :class:`~dataio.exceptions.DataioError` per row.
     """
 
     name: str
@@ -73,6 +79,7 @@ class SlotKernel:
     optional: bool = False
     active: Predicate | None = None
     custom: tuple[Op, ...] = ()
+    finish: FinishFn | None = None
 
     @property
     def passthrough(self) -> bool:

@@ -1,24 +1,25 @@
 """Remote scans.
 
-``s3://`` and ``r2://`` objects are read by DataFusion itself (ranged reads of footers
-and column chunks, so pushdown still saves bytes) through a store made here from what
-``dataio.configure_credentials`` / ``configure_endpoint`` and the environment say.
-Other schemes (``http(s)://`` and the rest of dataio's URI layer) are downloaded whole
-through dataio's IO layer, with its proxies, TLS roots and retries, and parsed by
-pyarrow; DataFusion's own HTTP store cannot be told to use them.
+Remote Parquet is read by ranges on every scheme (``s3``, ``r2``, ``gs``, ``az``,
+``hf``, ``http(s)``): :mod:`dataio.engine.remote_files` gives DataFusion a pyarrow
+dataset whose file reads are ranged GETs through the same obstore stores as the verbs
+(credentials, endpoints, proxies, TLS roots, retries), so filters prune row groups and
+unread columns are never fetched. DataFusion's own object stores are not used: they
+take no proxy, no custom TLS roots and (for ``gs``/``az``) no endpoint
+(docs/decisions/016-remote-scans.md).
+
+Downloaded whole, through the verbs, and parsed by pyarrow: Feather (DataFusion's IPC
+reader trusts the offsets it reads, so the file is validated in full first), CSV and
+JSON (no footer to range over), and Parquet on a web server that ignores ``Range``.
 """
 
 from __future__ import annotations
 
-import functools
-import os
 from typing import Any
 
 from dataio.exceptions import DataioError
 
-__all__ = ["download_table", "is_remote", "object_store_for", "ranged"]
-
-_RANGED = ("s3", "r2")
+__all__ = ["download_table", "is_remote", "ranged", "read_remote"]
 
 
 def is_remote(path: str) -> bool:
@@ -26,48 +27,27 @@ def is_remote(path: str) -> bool:
     return "://" in path and not path.startswith("file://")
 
 
-def ranged(path: str) -> bool:
-    """Whether DataFusion reads ``path`` itself (with ranged requests)."""
-    return is_remote(path) and path.split("://", 1)[0].lower() in _RANGED
+def ranged(fmt: str, path: str) -> bool:
+    """Whether a scan of ``path`` as ``fmt`` reads it by ranges (else: downloads it)."""
+    return is_remote(path) and fmt == "parquet"
 
 
-def object_store_for(uri: str) -> Any:
-    """The DataFusion object store serving an ``s3://`` or ``r2://`` bucket, built once
-    per bucket and configuration. DataFusion's store takes no proxy or custom TLS roots:
-    those settings apply to the other schemes, which go through dataio's IO layer."""
-    from dataio.io import config
-    from dataio.io.uri import parse
+def read_remote(ctx: Any, fmt: str, uri: str, options: dict[str, Any], schema: Any) -> Any:
+    """A DataFusion frame over one remote object: ranged Parquet, else the whole object."""
+    from dataio.engine.errors import guard
 
-    loc = parse(uri)
-    keys = config.credentials_for(loc.scheme)
-    if keys.get("method") == "anonymous":
-        raise DataioError(
-            f"cannot scan {uri!r} with anonymous credentials: DataFusion's S3 store always "
-            "signs requests; configure keys or method='default'"
-        )
-    endpoint, region = config.s3_target(loc.scheme)
-    env = os.environ.get
-    endpoint = endpoint or env("AWS_ENDPOINT_URL") or env("AWS_ENDPOINT")
-    region = region or env("AWS_REGION") or env("AWS_DEFAULT_REGION")
-    return _amazon_s3(loc.authority, tuple(sorted(keys.items())), endpoint, region)
+    if ranged(fmt, uri):
+        from dataio.engine.remote_files import NoRanges, dataset
 
-
-@functools.lru_cache(maxsize=64)
-def _amazon_s3(
-    bucket: str, keys: tuple[tuple[str, str], ...], endpoint: str | None, region: str | None
-) -> Any:
-    from datafusion import object_store
-
-    found = dict(keys)
-    return object_store.AmazonS3(
-        bucket_name=bucket,
-        region=region,
-        access_key_id=found.get("access_key_id"),
-        secret_access_key=found.get("secret_access_key"),
-        session_token=found.get("session_token"),
-        endpoint=endpoint,
-        allow_http=bool(endpoint and endpoint.startswith("http://")),
-    )
+        try:
+            return ctx.read_table(dataset(uri, schema))
+        except NoRanges:
+            pass  # a web server without Range support: read the object whole below
+    table = download_table(fmt, uri, options)
+    if schema is not None and not table.schema.equals(schema):
+        with guard(f"scan_{fmt}", uri):
+            table = table.cast(schema)
+    return ctx.from_arrow(table)
 
 
 def download_table(fmt: str, uri: str, options: dict[str, Any]) -> Any:

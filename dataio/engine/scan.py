@@ -7,10 +7,9 @@ from typing import Any
 
 from dataio.engine.errors import guard
 from dataio.engine.plain import plain_schema, view_schema
-from dataio.engine.remote import download_table, is_remote, object_store_for, ranged
+from dataio.engine.remote import is_remote, read_remote
 from dataio.engine.session import scan_session
 from dataio.exceptions import DataioError, FormatError, NotFoundError
-from dataio.io.uri import parse
 from dataio.plan.frame import Node, Scan, walk
 
 __all__ = [
@@ -30,16 +29,7 @@ def read_path(
 ) -> Any:
     """A DataFusion frame over one file, or over a directory's files ending in ``extension``."""
     if is_remote(path) and fmt != "tfrecord":
-        # DataFusion's IPC reader does not validate what it reads (a damaged file can
-        # crash the process), so remote Feather is downloaded and validated whole
-        if not ranged(path) or fmt == "feather":
-            table = download_table(fmt, path, options)
-            if schema is not None and not table.schema.equals(schema):
-                with guard(f"scan_{fmt}", path):
-                    table = table.cast(schema)
-            return ctx.from_arrow(table)
-        loc = parse(path)
-        ctx.register_object_store(f"{loc.scheme}://", object_store_for(path), loc.authority)
+        return read_remote(ctx, fmt, path, options, schema)
     if fmt == "parquet":
         # Strings and binaries decode as views (no copy out of the pages: the metadata
         # query of benchmarks/scan.py ran ~1.25x faster); rows leave as plain types.

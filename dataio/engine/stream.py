@@ -182,6 +182,11 @@ def plan_chunks(
         units = _shard_units(_arrow_groups(pieces, shape.key), shard)
         return _skip(_unit_chunks(units, arrow=True), skip)
     if isinstance(shape, BatchStage):
+        if shard.of > 1:  # a source dealing its own shards (WebDataset: whole shards)
+            first = (skip // shape.size) * shape.size
+            dealt = source.shard_records(shard.id, shard.of, pad=shard.pad, start=first)
+            if dealt is not None:
+                return _pair_batches(dealt, shape.size, shape.drop_last, start=first)
         records = source.iterate()
         if shard.of == 1:
             return _skip(_record_batches(records, shape.size, shape.drop_last), skip)
@@ -610,8 +615,9 @@ def _rank_records(records: Iterator[Any], shard: ShardSpec) -> Iterator[tuple[in
         return
 
 
-def _pair_batches(pairs: Iterator[tuple[int, Any]], size: int, drop_last: bool) -> Iterator[Chunk]:
-    start = 0
+def _pair_batches(
+    pairs: Iterator[tuple[int, Any]], size: int, drop_last: bool, *, start: int = 0
+) -> Iterator[Chunk]:
     while True:
         rows = list(islice(pairs, size))
         if not rows or (drop_last and len(rows) < size):

@@ -11,7 +11,7 @@ from typing import Any
 
 from dataio.exceptions import DataioError, DecodeError
 
-__all__ = ["raised_error", "row_error"]
+__all__ = ["raised_error", "renamed", "row_error"]
 
 _recent: collections.deque[DataioError] = collections.deque(maxlen=32)  # append is atomic
 
@@ -25,14 +25,14 @@ def row_error(where: str, exc: Exception, row: int, data: Any, paths: bool) -> E
         what = f"{len(data)} bytes"
     message = f"{where}: row {row} of the batch ({what}): {exc}"
     if isinstance(exc, DataioError):
-        error = _renamed(exc, message)
+        error = renamed(exc, message)
     else:  # a kernel library failed in a way it does not document
         error = DecodeError(f"{message} ({type(exc).__name__})")
     _recent.append(error)
     return error
 
 
-def _renamed(exc: DataioError, message: str) -> DataioError:
+def renamed(exc: DataioError, message: str) -> DataioError:
     """An error of ``exc``'s class (and fields) with another message."""
     try:
         return type(exc)(message)
@@ -51,5 +51,5 @@ def raised_error(message: str, where: str) -> DataioError | None:
     """
     for error in reversed(_recent):
         if repr(error) in message:
-            return _renamed(error, f"{where}: {error}")
+            return renamed(error, f"{where}: {error}")
     return None

@@ -24,6 +24,7 @@ from typing import Any, Literal
 import numpy as np
 
 from dataio._closing import Closing
+from dataio.dlpack import TensorView
 from dataio.exceptions import (
     DataioError,
     FieldError,
@@ -59,8 +60,8 @@ __all__ = [
     "write_safetensors",
 ]
 
-Framework = Literal["numpy", "torch"]
-FRAMEWORKS = ("numpy", "torch")
+Framework = Literal["numpy", "torch", "dlpack"]
+FRAMEWORKS = ("numpy", "torch", "dlpack")
 
 
 # -- reading ----------------------------------------------------------------------------
@@ -113,13 +114,15 @@ class _MappedFile:
             done += n
         return buffer
 
-    def array(self, entry: TensorEntry, copy: bool = False) -> np.ndarray:
+    def array(
+        self, entry: TensorEntry, copy: bool = False, access: int = mmap.ACCESS_READ
+    ) -> np.ndarray:
         if entry.nbytes == 0:
             empty = entry_array(b"", _at_zero(entry), source=self.path)
             return empty
         if copy:
             return entry_array(self.read_bytes(entry), _at_zero(entry), source=self.path)
-        return entry_array(self.mapping(mmap.ACCESS_READ), entry, source=self.path)
+        return entry_array(self.mapping(access), entry, source=self.path)
 
     def tensor(self, entry: TensorEntry, copy: bool = False) -> Any:
         if copy and entry.nbytes:
@@ -422,8 +425,9 @@ class SafetensorsFile(Closing):
         Args:
             key: one tensor name; the result is that array.
             keys: tensor names; the result is a dict in the order given.
-            framework: ``"numpy"`` (read-only views) or ``"torch"`` (writable tensors over
-                a copy-on-write mapping).
+            framework: ``"numpy"`` (read-only views), ``"torch"`` (writable tensors over
+                a copy-on-write mapping) or ``"dlpack"`` (:class:`~dataio.TensorView`
+                objects over a copy-on-write mapping, for any ``from_dlpack``).
             device: ``None`` / ``"cpu"``, or ``"cuda:N"`` (torch only) to read each
                 tensor into that GPU (GPUDirect Storage where the host has it; see
                 :func:`read_safetensors`).
@@ -450,14 +454,18 @@ class SafetensorsFile(Closing):
         for name, opened, entry in found:
             if isinstance(opened, _RemoteFile):
                 data = fetched.get(name)
-                if framework == "numpy":
-                    out[name] = opened.array(entry, data, copy)
-                else:
+                if framework == "torch":
                     out[name] = opened.tensor(entry, data, copy)
+                else:
+                    out[name] = opened.array(entry, data, copy)
             elif framework == "numpy":
                 out[name] = opened.array(entry, copy)
+            elif framework == "dlpack":  # consumers may write: a copy-on-write mapping
+                out[name] = opened.array(entry, copy, mmap.ACCESS_COPY)
             else:
                 out[name] = opened.tensor(entry, copy)
+        if framework == "dlpack":
+            out = {name: TensorView(array) for name, array in out.items()}
         if target is not None:
             out = to_device(out, target)
         return out[key] if key is not None else out
@@ -556,7 +564,11 @@ def read_safetensors(
             ``model.safetensors.index.json``), local or a URI (a remote "directory"
             is a prefix).
         keys: the tensors to read (default: all).
-        framework: ``"numpy"`` or ``"torch"``.
+        framework: ``"numpy"``, ``"torch"`` or ``"dlpack"``: :class:`~dataio.TensorView`
+            objects any ``from_dlpack`` (torch, JAX, CuPy, NumPy) turns into its tensor
+            without a copy, BF16 and F8 included; local files are viewed through a private
+            copy-on-write mapping, so a consumer writing to its tensor never reaches the
+            file (remote tensors are in memory, exported read-only).
         device: ``None`` / ``"cpu"`` or ``"cuda:N"`` (torch only).
         copy: read into memory rather than map the file (see above).
 

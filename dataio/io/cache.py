@@ -37,7 +37,16 @@ from typing import Any
 from dataio.exceptions import DataioError
 from dataio.io.uri import Location
 
-__all__ = ["drop", "entry_path", "load", "load_into", "read_through", "store", "trim"]
+__all__ = [
+    "EntryWriter",
+    "drop",
+    "entry_path",
+    "load",
+    "load_into",
+    "read_through",
+    "store",
+    "trim",
+]
 
 log = logging.getLogger("dataio.io")
 
@@ -254,6 +263,61 @@ def store(path: Path, data: Any) -> None:
     root = _root()
     if limit is not None and root is not None:
         _after_write(root, len(view) + _FOOTER.size, limit)
+
+
+class EntryWriter:
+    """An entry written piece by piece as a streamed object arrives (never held whole);
+    :meth:`commit` puts it in place, :meth:`abort` (or a failed write) drops it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._crc = 0
+        self._size = 0
+        self._limit = _limit()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, self._temp = tempfile.mkstemp(dir=path.parent, prefix=".partial-")
+        self._file: Any = open(fd, "wb")  # noqa: SIM115 - closed by commit or abort
+
+    def write(self, piece: Any) -> None:
+        """Append a piece of the object."""
+        if self._file is None:
+            return
+        self._crc = zlib.crc32(piece, self._crc)
+        self._size += len(piece)
+        if self._limit is not None and self._size + _FOOTER.size > self._limit:
+            self.abort()  # larger than the whole cache: not cached
+            return
+        try:
+            self._file.write(piece)
+        except OSError as exc:
+            log.warning("cannot write the cache entry %s: %s", self.path, exc)
+            self.abort()
+
+    def commit(self) -> None:
+        """Finish the entry (footer, rename into place); failures only log."""
+        if self._file is None:
+            return
+        try:
+            self._file.write(_FOOTER.pack(self._size, self._crc, _MAGIC))
+            self._file.close()
+            self._file = None
+            os.replace(self._temp, self.path)
+        except OSError as exc:
+            log.warning("cannot write the cache entry %s: %s", self.path, exc)
+            self.abort()
+            return
+        root = _root()
+        if self._limit is not None and root is not None:
+            _after_write(root, self._size + _FOOTER.size, self._limit)
+
+    def abort(self) -> None:
+        """Drop the partial entry."""
+        if self._file is not None:
+            with contextlib.suppress(OSError):
+                self._file.close()
+            self._file = None
+        with contextlib.suppress(OSError):
+            os.unlink(self._temp)
 
 
 def read_through(loc: Location, download: Callable[[], Any]) -> Any:

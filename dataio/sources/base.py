@@ -71,6 +71,18 @@ class Source:
         """
         return self if isinstance(self, IndexedSource) else None
 
+    def shard_records(
+        self, rank: int, world: int, *, pad: bool, start: int = 0
+    ) -> Iterator[tuple[int, Any]] | None:
+        """Rank ``rank`` of ``world``'s records from its ``start``-th on, with their
+        positions in the unsharded stream, when the source deals its own shards.
+
+        Sources stored in files (WebDataset shards) deal contiguous runs so a rank reads
+        about ``1/world`` of the bytes, with the counts of a round-robin shard (``pad`` as
+        in ``run(shard=...)``). ``None`` (the default) keeps the round-robin assignment.
+        """
+        return None
+
     @property
     def configured(self) -> bool:
         """True when the source carries tracked configuration beyond its adapter."""

@@ -70,6 +70,13 @@ class Mapped(_Derived):
         """The parent and the function's name."""
         return {"map_records": callable_name(self.fn), "of": self.parent.description()}
 
+    def shard_records(
+        self, rank: int, world: int, *, pad: bool, start: int = 0
+    ) -> Iterator[tuple[int, Any]] | None:
+        """The parent's own shard, mapped."""
+        dealt = self.parent.shard_records(rank, world, pad=pad, start=start)
+        return None if dealt is None else ((p, self.fn(r)) for p, r in dealt)
+
 
 class MappedIndexed(Mapped, IndexedSource):
     """A map over an indexed source: rows are read (in bulk when possible), then mapped."""

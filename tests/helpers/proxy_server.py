@@ -9,6 +9,7 @@ import http.client
 import select
 import socket
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from helpers.servers import QuietHandler, ThreadedServer
@@ -34,6 +35,13 @@ class Seen:
     method: str
     target: str  # absolute URL for forwarded requests, ``host:port`` for CONNECT
     proxy_authorization: str | None
+    range: str | None = None  # the request's Range (or x-ms-range) header, if any
+
+
+def _range(headers: Any) -> str | None:
+    """The byte range a request asks for (Azure's clients send ``x-ms-range``)."""
+    found = headers.get("Range") or headers.get("x-ms-range")
+    return str(found) if found is not None else None
 
 
 class ProxyHandler(QuietHandler):
@@ -41,7 +49,7 @@ class ProxyHandler(QuietHandler):
 
     def _admit(self) -> bool:
         header = self.headers.get("Proxy-Authorization")
-        self.server.seen.append(Seen(self.command, self.path, header))
+        self.server.seen.append(Seen(self.command, self.path, header, _range(self.headers)))
         if self.server.expected is None or header == self.server.expected:
             return True
         self.send_response(407)
@@ -78,6 +86,9 @@ class ProxyHandler(QuietHandler):
         body = self._body()
         headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
         if body is not None:
+            # one Content-Length, whatever its case: Node servers (Azurite) answer 400
+            # to a request carrying two
+            headers = {k: v for k, v in headers.items() if k.lower() != "content-length"}
             headers["Content-Length"] = str(len(body))
         path = url.path or "/"
         if url.query:
@@ -102,6 +113,7 @@ class ProxyHandler(QuietHandler):
         self.send_header("Content-Length", length or str(len(data)))
         self.end_headers()
         if self.command != "HEAD":
+            self.server.bodies.append(len(data))  # append is atomic across handlers
             self.wfile.write(data)
 
     def _body(self) -> bytes | None:
@@ -142,18 +154,24 @@ def _pipe(client: socket.socket, upstream: socket.socket) -> None:
 
 class ProxyServer(ThreadedServer):
     """``ProxyServer(auth=("user", "pass"))`` answers 407 unless the request carries
-    those Basic credentials; ``seen`` lists every request received."""
+    those Basic credentials; ``seen`` lists every request received, ``body_bytes``
+    counts the response body bytes forwarded (plain HTTP)."""
 
     def __init__(
         self, *, auth: tuple[str, str] | None = None, loopback_names: tuple[str, ...] = ()
     ) -> None:
         self.seen: list[Seen] = []
+        self.bodies: list[int] = []
         self.expected: str | None = None
         if auth is not None:
             token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
             self.expected = f"Basic {token}"
         self.loopback_names = set(loopback_names)
         super().__init__(ProxyHandler)
+
+    @property
+    def body_bytes(self) -> int:
+        return sum(self.bodies)
 
     def handle_error(self, request: object, client_address: object) -> None:
         pass  # clients hanging up mid-tunnel are normal
