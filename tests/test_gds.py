@@ -25,6 +25,7 @@ from PIL import Image
 from safetensors.torch import load_file
 
 import dataio
+import dataio.loader as loader_module
 from dataio.engine import device_normalize
 from dataio.engine.device_normalize import apply_on_device, split_normalize
 from dataio.exceptions import DeviceError, FormatError, PlanError
@@ -415,22 +416,25 @@ def test_plans_that_need_host_floats_keep_normalize_on_the_host() -> None:
     assert not device_normalize.on_device("numpy", None)
 
 
-def test_loader_normalizes_on_the_device_behind_run(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("stats", [True, False])  # the loader's two build paths
+def test_loader_normalizes_on_the_device_behind_run(
+    monkeypatch: pytest.MonkeyPatch, stats: bool
+) -> None:
     # the CUDA decision, made true for the CPU: the loader's own path, end to end
     monkeypatch.setattr(
-        dataio.loader, "on_device", lambda output, device: output == "torch" and device == "cpu"
+        loader_module, "on_device", lambda output, device: output == "torch" and device == "cpu"
     )
     applied = []
-    real = dataio.loader.apply_on_device
+    real = loader_module.apply_on_device
 
     def spy(batch: Any, steps: Any, constants: Any) -> Any:
         applied.append(batch["image"].dtype)
         return real(batch, steps, constants)
 
-    monkeypatch.setattr(dataio.loader, "apply_on_device", spy)
+    monkeypatch.setattr(loader_module, "apply_on_device", spy)
     plan = image_plan(*TAILS["imagenet CHW"][0], resize=False)  # exact: no resampling
     records = image_records(9)
-    with plan.bind(records).run("torch", device="cpu") as loader:
+    with plan.bind(records).run("torch", device="cpu", stats=stats) as loader:
         moved = list(loader)
         state = loader.state_dict()
     host = list(plan.bind(records).run("torch"))
@@ -440,6 +444,18 @@ def test_loader_normalizes_on_the_device_behind_run(monkeypatch: pytest.MonkeyPa
     # the checkpoint names the plan the user built, so it resumes on a host-normalize run
     with plan.bind(records).run("torch") as other:
         other.load_state_dict(state)
+
+
+def test_the_dali_backend_keeps_its_own_normalize(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("nvidia.dali", reason="DALI is a test extra")
+    monkeypatch.setattr(
+        loader_module, "on_device", lambda output, device: output == "torch" and device == "cpu"
+    )
+    plan = image_plan(*TAILS["imagenet CHW"][0], resize=False)
+    with plan.bind(image_records(4)).run("torch", device="cpu", backend="dali") as loader:
+        assert loader._device_steps == ()  # DALI's pipeline normalizes on its device
+        (batch,) = list(loader)
+    assert batch["image"].dtype == torch.float32
 
 
 # -- on a GPU (make gpu-check) ------------------------------------------------------------
