@@ -275,10 +275,18 @@ _BUILT: dict[str, _Built] = {}
 _BUILT_LOCK = threading.Lock()
 
 
+_ORPHANED: list[_Built] = []
+
+
 def _forget_after_fork() -> None:
     """A forked child (a DataLoader worker) has none of the parent's DALI threads: its
-    pipelines, and locks another thread may have held, must not be reused."""
+    pipelines, and locks another thread may have held, must not be reused.
+
+    They are kept referenced, never collected: a pipeline's ``__del__`` joins threads
+    that do not exist in the child and would hang it (workers leave by ``os._exit``).
+    """
     global _BUILT_LOCK
+    _ORPHANED.extend(_BUILT.values())
     _BUILT.clear()
     _BUILT_LOCK = threading.Lock()
 
