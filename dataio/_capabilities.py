@@ -12,7 +12,9 @@ from dataio._native import library as _library
 
 __all__ = ["format_report", "report"]
 
-_PACKAGES = ("numpy", "pyarrow", "datafusion", "pillow", "simplejpeg", "obstore", "torch")
+_PACKAGES = (
+    "numpy", "pyarrow", "datafusion", "pillow", "simplejpeg", "obstore", "torch", "kvikio-cu12",
+)  # fmt: skip
 
 
 def _version(package: str) -> str | None:
@@ -63,6 +65,14 @@ def _decoders() -> dict[str, Any]:
     return decoders
 
 
+def _gds_route() -> dict[str, Any]:
+    """How ``read_safetensors(device="cuda:N")`` reads here (see dataio.formats.gds)."""
+    from dataio.formats._devices import gds_info
+
+    info = gds_info()
+    return {"route": info["route"], "why": info["route_why"]}
+
+
 def report() -> dict[str, Any]:
     """Collect the capability report as a dict (loads optional libraries to probe them)."""
     from dataio import __version__
@@ -81,6 +91,7 @@ def report() -> dict[str, Any]:
         "cuda": _cuda(),
         "nvjpeg": _library(("libnvjpeg.so.12", "libnvjpeg.so.13", "libnvjpeg.so")),
         "gds": _library(("libcufile.so.0", "libcufile.so")),
+        "gds_route": _gds_route(),
         "libfabric": _libfabric(),
     }
 
@@ -107,4 +118,7 @@ def format_report(info: dict[str, Any]) -> str:
             lines.append(f"{name + ':':<14} found ({detail})")
         else:
             lines.append(f"{name + ':':<14} not found: {entry['why']}")
+    route = info["gds_route"]
+    why = f" ({route['why']})" if route["why"] else ""
+    lines.append(f"{'device reads:':<14} {route['route'] or 'none'}{why}")
     return "\n".join(lines)

@@ -506,3 +506,14 @@ def test_gpu_loader_normalizes_on_the_device() -> None:
     for got, want in zip(on_gpu, host, strict=True):
         assert got.device.type == "cuda" and got.dtype == torch.float32
         torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
+
+
+def test_the_capability_report_names_the_device_read_route() -> None:
+    from dataio._capabilities import format_report, report
+
+    info = report()
+    assert info["gds_route"] == {
+        "route": dataio.gds_info()["route"], "why": dataio.gds_info()["route_why"]
+    }  # fmt: skip
+    line = next(x for x in format_report(info).splitlines() if x.startswith("device reads:"))
+    assert (info["gds_route"]["route"] or "none") in line and info["gds_route"]["why"] in line
