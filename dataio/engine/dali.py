@@ -279,6 +279,12 @@ def _forget_after_fork() -> None:
     """A forked child (a DataLoader worker) has none of the parent's DALI threads: its
     pipelines, and locks another thread may have held, must not be reused."""
     global _BUILT_LOCK
+    import ctypes
+
+    for built in _BUILT.values():
+        # leaked on purpose: destroying a pipeline joins threads this child does not
+        # have, which crashes it (seen as SIGSEGV in a forked child that never used DALI)
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(built))
     _BUILT.clear()
     _BUILT_LOCK = threading.Lock()
 
