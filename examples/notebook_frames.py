@@ -1,4 +1,6 @@
-"""A notebook session with lazy frames: scan, filter, select, SQL, collect, polars.
+"""A notebook session with lazy frames: scan, filter, select, SQL, collect, polars; then
+a loader seen from the notebook: reprs, a batch drawn as a picture, a skip epoch and its
+rejects queried with SQL.
 
 Writes a small three-file Parquet dataset of image metadata, then queries it. Building a
 frame reads only the schema; the ``collect*`` / ``to_polars`` calls run DataFusion.
@@ -68,6 +70,38 @@ def main() -> None:
         table = large.collect()
         print(f"arrow: {table.num_rows} rows, schema {table.schema.types}")
         print(large.explain().splitlines()[0], "...")
+
+        training_view(Path(tmp))
+
+
+def training_view(root: Path) -> None:
+    """Reprs, a picture of a batch, a skip epoch and its rejects queried with SQL."""
+    import dataio
+    from dataio.testing import make_jpegs
+
+    paths = make_jpegs(root / "jpegs", 11, min_side=96, max_side=160, seed=3)
+    broken = root / "jpegs" / "broken.jpg"
+    broken.write_bytes(paths[0].read_bytes()[:200])  # a header, then nothing
+    records = [{"jpeg": str(p), "label": i % 3} for i, p in enumerate([*paths, broken])]
+    image = dataio.slot("jpeg").decode_image(mode="rgb").resize_short(64).center_crop(64)
+    pipe = dataio.pipeline(
+        image.normalize("imagenet"), dataio.slot("label").passthrough(), dataio.batch(6)
+    )
+    bound = pipe.bind(records)
+    print(bound)  # one line: the plan's signature, slots, the source
+    with bound.run("numpy", on_failure="skip") as loader:
+        print(loader)
+        batches = list(loader)
+        print(f"{len(batches)} batches, {sum(len(b) for b in batches)} images kept")
+        grid = dataio.show(batches[0], slot="jpeg")  # normalize and CHW undone, keys as captions
+        grid.save(root / "first-batch.png")
+        print(f"grid {grid.size[0]}x{grid.size[1]} saved as first-batch.png")
+        rejects = loader.rejects()
+        print(loader.bottleneck())
+    failed = dataio.sql(
+        "SELECT position, error_type, stage FROM rejects ORDER BY position", rejects=rejects
+    ).collect()
+    print("rejected rows:", failed.to_pylist())
 
 
 if __name__ == "__main__":

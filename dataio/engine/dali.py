@@ -275,18 +275,16 @@ _BUILT: dict[str, _Built] = {}
 _BUILT_LOCK = threading.Lock()
 
 
-_ORPHANED: list[_Built] = []
-
-
 def _forget_after_fork() -> None:
     """A forked child (a DataLoader worker) has none of the parent's DALI threads: its
-    pipelines, and locks another thread may have held, must not be reused.
-
-    They are kept referenced, never collected: a pipeline's ``__del__`` joins threads
-    that do not exist in the child and would hang it (workers leave by ``os._exit``).
-    """
+    pipelines, and locks another thread may have held, must not be reused."""
     global _BUILT_LOCK
-    _ORPHANED.extend(_BUILT.values())
+    import ctypes
+
+    for built in _BUILT.values():
+        # leaked on purpose: destroying a pipeline joins threads this child does not
+        # have, which crashes it (seen as SIGSEGV in a forked child that never used DALI)
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(built))
     _BUILT.clear()
     _BUILT_LOCK = threading.Lock()
 

@@ -35,6 +35,17 @@ def cpu_workers() -> int:
         return os.cpu_count() or 1
 
 
+def _forget_after_fork() -> None:
+    """A forked child (a DataLoader worker) has none of the pool's threads: work queued
+    to the parent's pool would wait forever, so the child starts its own on first use."""
+    global _lock, _pool
+    _lock = threading.Lock()
+    _pool = None
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 def cpu_pool() -> ThreadPoolExecutor:
     """Return the shared pool, creating it on first use."""
     global _pool

@@ -7,9 +7,12 @@ NVIDIA GPU. Images are few and small to keep the file fast.
 from __future__ import annotations
 
 import io
+import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -335,3 +338,38 @@ def test_gpu_pipeline_matches_cpu(records: list[dict[str, Any]]) -> None:
         assert got.row_keys == want.row_keys
         for a, b in zip(got["image"].cpu().numpy(), want["image"], strict=True):
             assert psnr(pixels(a), pixels(b)) >= 40.0
+
+
+def test_a_forked_child_runs_loaders_after_the_parent_ran_dali(
+    records: list[dict[str, Any]],
+) -> None:
+    """A DataLoader-style worker forked after DALI and dataio's pool ran in the parent
+    (the parent's pipelines and pool threads are not in the child) runs the native and
+    the DALI loader itself and exits cleanly."""
+    pipe = plan(imagenet(48, 40))
+    want = [b["image"].copy() for b in collect(pipe, records, backend="dali")]
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            native = collect(pipe, records)
+            again = collect(pipe, records, backend="dali")
+            same = all(
+                psnr(pixels(a), pixels(b)) >= 40.0
+                for x, y in zip(again, want, strict=True)
+                for a, b in zip(x["image"], y, strict=True)
+            )
+            code = 0 if same and len(native) == len(want) else 3
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 60
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung")
+        time.sleep(0.05)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
