@@ -115,6 +115,7 @@ from dataio.sources import (
     records,
     urls,
     webdataset,
+    write_webdataset_index,
 )
 
 if TYPE_CHECKING:
@@ -229,6 +230,7 @@ __all__ = [
     "webdataset",
     "write",
     "write_safetensors",
+    "write_webdataset_index",
     "writer",
 ]
 
