@@ -674,9 +674,14 @@ class ArchiveSource(Source):
         firsts = [0, *itertools.accumulate(counts)]
         run, padding = _rank_run(firsts[-1], rank, world, pad=pad)
         wanted = [*run[start:], *padding[max(start - len(run), 0) :]]
+        kept: dict[int, Any] = {}  # the run's first sample, when it pads the run's end
         position = 0
         while position < len(wanted):
             first = wanted[position]
+            if first in kept:  # padding: not read twice (a shard read again to reach it)
+                yield first, _copy(kept[first])
+                position += 1
+                continue
             shard = _shard_of(firsts, first)
             stop = position + 1
             limit = firsts[shard + 1]
@@ -689,7 +694,10 @@ class ArchiveSource(Source):
                 records = self._read_span(self.paths[shard], indexes[shard], lo, hi)
             else:
                 records = _read_counted(self.paths[shard], lo, hi, counted, shard)
-            yield from zip(wanted[position:stop], records, strict=True)
+            for at, record in zip(wanted[position:stop], records, strict=True):
+                if at in padding and at == run.start:
+                    kept[at] = _copy(record)
+                yield at, record
             position = stop
 
     def _read_span(self, path: str, index: _Index, lo: int, hi: int) -> Iterator[Any]:
@@ -926,6 +934,10 @@ def write_webdataset_index(
     ]
     shardindex.write(target, rows)
     return target
+
+
+def _copy(record: Any) -> Any:
+    return dict(record) if isinstance(record, dict) else record
 
 
 def _shard_of(firsts: Sequence[int], position: int) -> int:
