@@ -674,6 +674,16 @@ class ArchiveSource(Source):
         firsts = [0, *itertools.accumulate(counts)]
         run, padding = _rank_run(firsts[-1], rank, world, pad=pad)
         wanted = [*run[start:], *padding[max(start - len(run), 0) :]]
+        if counted is not None and start == 0:
+            # a shard the index calls empty is read by no run: the rank where it falls
+            # (the last rank for trailing ones) checks it, so a count of 0 cannot hide samples
+            last = rank == world - 1
+            for shard, count in enumerate(counts):
+                if not count and (
+                    run.start <= firsts[shard] < run.stop or (last and firsts[shard] >= run.start)
+                ):
+                    for _ in _read_counted(self.paths[shard], 0, 0, counted, shard):
+                        pass
         kept: dict[int, Any] = {}  # the run's first sample, when it pads the run's end
         position = 0
         while position < len(wanted):

@@ -137,10 +137,12 @@ def test_an_index_beside_the_shards_is_found(http_server: Any, tmp_path: Path) -
     paths = [p for m, p, _ in http_server.requests[since:] if m == "GET"]
     assert "/objects/shardindex.json" in paths
     # no header walk: one read per shard of the rank's run (samples 15..28: s-02..s-05;
-    # s-04 is empty), its padding (sample 15 again) kept from the first read
+    # s-04, listed as empty, is read to check it), its padding (sample 15 again) kept
+    # from the first read
     assert sorted(p for p in paths if p.endswith(".tar")) == [
         "/objects/s-02.tar",
         "/objects/s-03.tar",
+        "/objects/s-04.tar",
         "/objects/s-05.tar",
     ]
 
@@ -205,13 +207,14 @@ def lying_index(tmp_path: Path, shard: int, nsamples: int, **extra: Any) -> str:
 
 @pytest.mark.parametrize(
     ("shard", "nsamples", "actual"),
-    [(0, 6, 7), (0, 9, 7), (3, 2, 3), (5, 4, 5), (5, 8, 5), (4, 1, 0)],
+    [(0, 6, 7), (0, 9, 7), (3, 2, 3), (5, 4, 5), (5, 8, 5), (4, 1, 0), (1, 0, 7), (5, 0, 5)],
 )
 def test_counts_that_disagree_with_a_shard_are_refused(
     tmp_path: Path, shard: int, nsamples: int, actual: int
 ) -> None:
-    """Every shard's end is read by some rank: that rank refuses the index, naming the
-    shard and both counts, rather than deal wrong runs."""
+    """Every shard's end is read by some rank (a shard listed as empty by the rank where
+    it falls): that rank refuses the index, naming the shard and both counts, rather
+    than deal wrong runs."""
     pattern = put_shards(str(tmp_path))
     index = lying_index(tmp_path, shard, nsamples)
     errors = []
