@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 from helpers.resume import check_resume
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import dataio
 from dataio.exceptions import FormatError, NotFoundError, PlanError
@@ -332,3 +334,29 @@ def test_without_an_index_the_walk_overlaps_shards_and_says_so(
     notes = [r for r in caplog.records if "write_webdataset_index" in r.getMessage()]
     assert len(notes) == 1 and notes[0].levelno == logging.INFO
     assert 1 < http_server.most_ranged_at_once(margin=0.005) <= 32
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    counts=st.lists(st.integers(0, 6), min_size=1, max_size=5),
+    world=st.integers(1, 5),
+    size=st.sampled_from([1, 2, 4]),
+    pad=st.booleans(),
+)
+def test_any_counts_deal_as_the_header_walk_does(
+    tmp_path_factory: pytest.TempPathFactory, counts: list[int], world: int, size: int, pad: bool
+) -> None:
+    root = tmp_path_factory.mktemp("any")
+    pattern = put_shards(str(root), counts, size=100)
+    index = dataio.write_webdataset_index(pattern)
+    for rank in range(world):
+        archives._KNOWN.clear()
+        shard = {"id": rank, "of": world, "pad": pad}
+        runs = [
+            [
+                (list(b.indices), [int(bytes(v)) for v in b["cls"]])
+                for b in plan(size).bind(dataio.webdataset(pattern, index=i)).run(shard=shard)
+            ]
+            for i in (False, index)
+        ]
+        assert runs[0] == runs[1]
