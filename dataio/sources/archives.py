@@ -966,7 +966,8 @@ def webdataset(
     :func:`expand_braces`: ``{0000..0099}``, ``{train,val}``.
 
     Args:
-        pattern: the shards.
+        pattern: the shards, or a shard index (a ``.json`` URI, read at once): its
+            shards, in its order.
         index: a shard index (``wids`` JSON, see :func:`write_webdataset_index`) giving
             each shard's sample count, so a sharded pass deals samples to ranks without
             walking every shard's headers. ``None`` (the default) uses
@@ -978,6 +979,9 @@ def webdataset(
     """
     text = os.fspath(pattern)
     description: dict[str, Any] = {"source": "webdataset", "pattern": text}
+    if text.lower().endswith(".json") and index is None:
+        # a shard index names the shards itself (wids' ShardListDataset takes one so)
+        return ArchiveSource(shardindex.load(text).shards, description, text)
     option: str | bool | None
     if index is None or isinstance(index, bool):
         if index is True:

@@ -37,8 +37,11 @@ class ShardCounts:
     """A loaded index: the URI it came from and each listed shard's sample count (and
     file size, when the index records it), by shard location."""
 
-    def __init__(self, uri: str, entries: dict[_Key, tuple[int, int | None]]) -> None:
+    def __init__(
+        self, uri: str, entries: dict[_Key, tuple[int, int | None]], shards: list[str]
+    ) -> None:
         self.uri = uri
+        self.shards = shards  # the listed shards' URIs, in the index's order
         self._entries = entries
         names: dict[str, list[_Key]] = {}
         for key in entries:
@@ -112,6 +115,7 @@ def load(uri: str) -> ShardCounts:
     if base is not None and not isinstance(base, str):
         raise _bad(uri, f"has a base {base!r} that is not a string")
     entries: dict[_Key, tuple[int, int | None]] = {}
+    shards: list[str] = []
     for i, entry in enumerate(shardlist):
         if not isinstance(entry, dict) or not isinstance(entry.get("url"), str):
             raise _bad(uri, f'entry {i} has no "url" string')
@@ -120,8 +124,10 @@ def load(uri: str) -> ShardCounts:
             raise _bad(uri, f"entry {i} ({entry['url']!r}) has nsamples {count!r}")
         if size is not None and (type(size) is not int or size < 0):
             raise _bad(uri, f"entry {i} ({entry['url']!r}) has filesize {size!r}")
-        entries[_key(_resolve(where, base, entry["url"]))] = (count, size)
-    return ShardCounts(uri, entries)
+        loc = _resolve(where, base, entry["url"])
+        entries[_key(loc)] = (count, size)
+        shards.append(str(loc))
+    return ShardCounts(uri, entries, shards)
 
 
 def _resolve(index: Location, base: str | None, url: str) -> Location:

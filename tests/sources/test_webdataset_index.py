@@ -360,3 +360,18 @@ def test_any_counts_deal_as_the_header_walk_does(
             for i in (False, index)
         ]
         assert runs[0] == runs[1]
+
+
+def test_an_index_in_place_of_the_pattern_names_the_shards(tmp_path: Path, s3: str) -> None:
+    local = put_shards(str(tmp_path))
+    pattern = put_shards(s3)
+    index = dataio.write_webdataset_index(pattern)
+    assert index == f"{s3}/shardindex.json"
+    strip = lambda s: {k: v for k, v in s.items() if k != "__url__"}  # noqa: E731
+    assert [strip(s) for s in dataio.webdataset(index)] == [
+        strip(s) for s in dataio.webdataset(local)
+    ]
+    for rank in range(3):
+        archives._KNOWN.clear()
+        expected = rank_stream(dataio.webdataset(local, index=False), rank, 3)
+        assert rank_stream(dataio.webdataset(index), rank, 3) == expected
