@@ -161,6 +161,7 @@ class _Archive:
         self.loc = parse(uri)
         self.local = self.loc.scheme == "file"
         self._size: int | None = None
+        self.observed: int | None = None  # the size the last ranged GET reported
 
     def size(self) -> int:
         if self._size is None:
@@ -287,6 +288,7 @@ def _remote_span(archive: _Archive, start: int, stop: int) -> Iterator[bytes]:
     loc, uri = archive.loc, archive.uri
     options = {"range": (start, stop)}
     result = call(lambda: obstore.get(store_for(loc), loc.key, options=options), uri, "archive")  # type: ignore[arg-type]
+    archive.observed = int(result.meta["size"])
     pieces = iter(result.stream(min_chunk_size=256 << 10))
     got = 0
     while True:
@@ -822,13 +824,20 @@ def _read_counted(path: str, lo: int, hi: int, counted: _Counts, shard: int) -> 
     disagreement with the index is a :class:`FormatError` naming both counts."""
     expected, size = counted.counts[shard], counted.sizes[shard]
     source = _Archive(path)
+    if size is not None and not source.local:
+        source._size = size  # no HEAD: the first ranged GET reports the object's size
     try:
         total = source.size()
     except DataioError as exc:
         yield from (_FailedSample(path, exc) for _ in range(hi - lo))
         return
-    if size is not None and size != total:
-        raise _mismatch(path, counted, expected, f"{total} bytes, not the {size} it lists")
+
+    def check_size() -> None:
+        actual = total if source.observed is None else source.observed
+        if size is not None and size != actual:
+            raise _mismatch(path, counted, expected, f"{actual} bytes, not the {size} it lists")
+
+    check_size()
     if _SKIP_BY == "walk" and lo > 0:
         yield from _read_walked(path, lo, hi, counted, shard)
         return
@@ -847,6 +856,10 @@ def _read_counted(path: str, lo: int, hi: int, counted: _Counts, shard: int) -> 
                 break
     except DataioError as exc:
         error = exc  # a corrupt shard: stand-ins for the rest of the run, as without an index
+        if source.observed is None and size is not None and not source.local:
+            source.version()  # the request failed before reporting a size (a shorter object?)
+            source.observed = source._size
+    check_size()
     if error is None and (seen < hi or (to_end and seen != expected)):
         raise _mismatch(path, counted, expected, str(seen))
     while got < hi - lo:

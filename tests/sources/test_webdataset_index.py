@@ -375,3 +375,27 @@ def test_an_index_in_place_of_the_pattern_names_the_shards(tmp_path: Path, s3: s
         archives._KNOWN.clear()
         expected = rank_stream(dataio.webdataset(local, index=False), rank, 3)
         assert rank_stream(dataio.webdataset(index), rank, 3) == expected
+
+
+@pytest.mark.parametrize("change", [+3000, -1000])
+def test_a_remote_shard_of_another_size_is_refused(
+    http_server: Any, tmp_path: Path, change: int
+) -> None:
+    """The index's ``filesize`` stands in for a HEAD request: the ranged GET's reported
+    size is checked against it instead."""
+    local = put_shards(str(tmp_path))
+    dataio.write_webdataset_index(local)
+    for path in tmp_path.iterdir():
+        http_server.objects[f"/objects/{path.name}"] = path.read_bytes()
+    before = len(http_server.objects["/objects/s-01.tar"])
+    http_server.objects["/objects/s-01.tar"] = shard_bytes(7, 7, size=3000 + change)
+    after = len(http_server.objects["/objects/s-01.tar"])
+    assert after != before
+    pattern = f"{http_server.url}/objects/s-{{00..05}}.tar"
+    with pytest.raises(FormatError, match=rf"s-01\.tar.*{after} bytes, not the {before}"):
+        rank_stream(dataio.webdataset(pattern), 0, 2)
+    # with the right sizes, no HEAD request is sent
+    http_server.objects["/objects/s-01.tar"] = (tmp_path / "s-01.tar").read_bytes()
+    since = len(http_server.requests)
+    rank_stream(dataio.webdataset(pattern), 0, 2)
+    assert [m for m, _, _ in http_server.requests[since:] if m != "GET"] == []
