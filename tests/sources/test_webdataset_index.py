@@ -399,3 +399,28 @@ def test_a_remote_shard_of_another_size_is_refused(
     since = len(http_server.requests)
     rank_stream(dataio.webdataset(pattern), 0, 2)
     assert [m for m, _, _ in http_server.requests[since:] if m != "GET"] == []
+
+
+@pytest.mark.parametrize("backend", ["gs", "az"])
+def test_discovery_and_dealing_on_other_stores(
+    request: pytest.FixtureRequest, tmp_path: Path, backend: str, monkeypatch: Any
+) -> None:
+    base = request.getfixturevalue(backend)
+    local = put_shards(str(tmp_path))
+    pattern = put_shards(base)
+    for rank in range(2):
+        archives._KNOWN.clear()  # no index yet: looked for, not found, the headers walked
+        assert rank_stream(dataio.webdataset(pattern), rank, 2) == rank_stream(
+            dataio.webdataset(local, index=False), rank, 2
+        )
+    assert dataio.write_webdataset_index(pattern) == f"{base}/shardindex.json"
+
+    def no_walk(source: Any) -> Any:
+        raise AssertionError(f"walked the headers of {source.uri}")
+
+    for rank in range(2):
+        archives._KNOWN.clear()
+        expected = rank_stream(dataio.webdataset(local, index=False), rank, 2)
+        with monkeypatch.context() as patch:
+            patch.setattr(archives, "_walk_index", no_walk)
+            assert rank_stream(dataio.webdataset(pattern), rank, 2) == expected
