@@ -675,7 +675,6 @@ class ArchiveSource(Source):
             counts = counted.counts
         firsts = [0, *itertools.accumulate(counts)]
         run, padding = _rank_run(firsts[-1], rank, world, pad=pad)
-        wanted = [*run[start:], *padding[max(start - len(run), 0) :]]
         if counted is not None and start == 0:
             # a shard the index calls empty is read by no run: the rank where it falls
             # (the last rank for trailing ones) checks it, so a count of 0 cannot hide samples
@@ -686,31 +685,33 @@ class ArchiveSource(Source):
                 ):
                     for _ in _read_counted(self.paths[shard], 0, 0, counted, shard):
                         pass
-        kept: dict[int, Any] = {}  # the run's first sample, when it pads the run's end
-        position = 0
-        while position < len(wanted):
-            first = wanted[position]
-            if first in kept:  # padding: not read twice (a shard read again to reach it)
-                yield first, _copy(kept[first])
-                position += 1
-                continue
+
+        def read(first: int, stop: int) -> Iterator[tuple[int, Any]]:
+            """Positions ``first .. stop - 1``, a shard's part at a time (ranges, never
+            lists: an index may count billions of samples)."""
             shard = _shard_of(firsts, first)
-            stop = position + 1
-            limit = firsts[shard + 1]
-            while (
-                stop < len(wanted) and wanted[stop] == wanted[stop - 1] + 1 and wanted[stop] < limit
-            ):
-                stop += 1
-            lo, hi = first - firsts[shard], wanted[stop - 1] + 1 - firsts[shard]
-            if counted is None:
-                records = self._read_span(self.paths[shard], indexes[shard], lo, hi)
+            while first < stop:
+                end = min(stop, firsts[shard + 1])
+                if first < end:
+                    lo, hi = first - firsts[shard], end - firsts[shard]
+                    if counted is None:
+                        records = self._read_span(self.paths[shard], indexes[shard], lo, hi)
+                    else:
+                        records = _read_counted(self.paths[shard], lo, hi, counted, shard)
+                    yield from zip(range(first, end), records, strict=True)
+                first = end
+                shard += 1
+
+        kept: Any = None  # the run's first sample, when it pads the run's end
+        for at, record in read(run.start + start, run.stop) if start < len(run) else ():
+            if at == run.start and at in padding:
+                kept = _copy(record)
+            yield at, record
+        for at in padding[max(start - len(run), 0) :]:
+            if kept is not None and at == run.start:  # not read twice
+                yield at, _copy(kept)
             else:
-                records = _read_counted(self.paths[shard], lo, hi, counted, shard)
-            for at, record in zip(wanted[position:stop], records, strict=True):
-                if at in padding and at == run.start:
-                    kept[at] = _copy(record)
-                yield at, record
-            position = stop
+                yield from read(at, at + 1)
 
     def _read_span(self, path: str, index: _Index, lo: int, hi: int) -> Iterator[Any]:
         """Samples ``lo .. hi - 1`` of one shard (exactly ``hi - lo`` records)."""
@@ -838,6 +839,8 @@ def _read_counted(path: str, lo: int, hi: int, counted: _Counts, shard: int) -> 
             raise _mismatch(path, counted, expected, f"{actual} bytes, not the {size} it lists")
 
     check_size()
+    if expected > total // 512:  # a sample takes a header block at least
+        raise _mismatch(path, counted, expected, f"at most {total // 512} in its {total} bytes")
     if _SKIP_BY == "walk" and lo > 0:
         yield from _read_walked(path, lo, hi, counted, shard)
         return

@@ -424,3 +424,15 @@ def test_discovery_and_dealing_on_other_stores(
         with monkeypatch.context() as patch:
             patch.setattr(archives, "_walk_index", no_walk)
             assert rank_stream(dataio.webdataset(pattern), rank, 2) == expected
+
+
+def test_an_impossible_count_is_refused_before_reading(tmp_path: Path) -> None:
+    """A count no shard of that size can hold (a sample takes a 512-byte header at
+    least) is refused at once: no run of 10**15 samples is planned or padded out."""
+    pattern = put_shards(str(tmp_path))
+    index = lying_index(tmp_path, 0, 10**15)
+    size = (tmp_path / "s-00.tar").stat().st_size
+    with pytest.raises(
+        FormatError, match=rf"holds {10**15} samples but it holds at most {size // 512}"
+    ):
+        rank_stream(dataio.webdataset(pattern, index=index), 0, 2)
