@@ -116,6 +116,7 @@ from dataio.sources import (
     records,
     urls,
     webdataset,
+    write_webdataset_index,
 )
 
 if TYPE_CHECKING:
@@ -233,6 +234,7 @@ __all__ = [
     "webdataset",
     "write",
     "write_safetensors",
+    "write_webdataset_index",
     "writer",
 ]
 

@@ -121,6 +121,7 @@ EXPECTED = [
     "webdataset",
     "write",
     "write_safetensors",
+    "write_webdataset_index",
     "writer",
 ]
 

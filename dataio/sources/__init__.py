@@ -7,7 +7,7 @@ from dataio.sources.adapters import (
     from_sampler,
     records,
 )
-from dataio.sources.archives import archive, webdataset
+from dataio.sources.archives import archive, webdataset, write_webdataset_index
 from dataio.sources.base import IndexedSource, Source
 from dataio.sources.files import files, manifest, urls
 
@@ -24,4 +24,5 @@ __all__ = [
     "records",
     "urls",
     "webdataset",
+    "write_webdataset_index",
 ]

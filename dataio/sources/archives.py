@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import logging
 import lzma
 import os
 import re
@@ -27,15 +28,25 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from dataio.exceptions import DataioError, FormatError, PlanError, TransportError
+from dataio.exceptions import (
+    DataioError,
+    FormatError,
+    NotFoundError,
+    PermissionDeniedError,
+    PlanError,
+    TransportError,
+)
 from dataio.io import zipmember
 from dataio.io.errors import call
 from dataio.io.local import open_regular
 from dataio.io.tar import Blocks, SeekBlocks, checked_tarinfo, read_member, walk
 from dataio.io.uri import parse
+from dataio.sources import shardindex
 from dataio.sources.base import Source
 
-__all__ = ["archive", "expand_braces", "webdataset"]
+__all__ = ["archive", "expand_braces", "webdataset", "write_webdataset_index"]
+
+log = logging.getLogger("dataio.sources")
 
 
 # -- brace patterns ------------------------------------------------------------------------
@@ -150,6 +161,7 @@ class _Archive:
         self.loc = parse(uri)
         self.local = self.loc.scheme == "file"
         self._size: int | None = None
+        self.observed: int | None = None  # the size the last ranged GET reported
 
     def size(self) -> int:
         if self._size is None:
@@ -276,6 +288,7 @@ def _remote_span(archive: _Archive, start: int, stop: int) -> Iterator[bytes]:
     loc, uri = archive.loc, archive.uri
     options = {"range": (start, stop)}
     result = call(lambda: obstore.get(store_for(loc), loc.key, options=options), uri, "archive")  # type: ignore[arg-type]
+    archive.observed = int(result.meta["size"])
     pieces = iter(result.stream(min_chunk_size=256 << 10))
     got = 0
     while True:
@@ -585,10 +598,14 @@ class ArchiveSource(Source):
     directly raises it.
     """
 
-    def __init__(self, paths: list[str], description: dict[str, Any]) -> None:
+    def __init__(
+        self, paths: list[str], description: dict[str, Any], index: str | bool | None = None
+    ) -> None:
         self.paths = paths
         self._description = description
         self._indexes: dict[str, _Index] = {}
+        self._index_option = index  # a shard index's URI; None: look beside the shards
+        self._counted: _Counts | bool | None = None  # the loaded index (False: none)
 
     def iterate(self) -> Iterator[Any]:
         """Read the archives one after the other, grouping members into samples."""
@@ -641,25 +658,60 @@ class ArchiveSource(Source):
             return None
         return self._dealt(rank, world, pad, start)
 
+    def _shard_index(self) -> _Counts | None:
+        """The shards' sample counts from a shard index, or ``None`` without one."""
+        with _INDEXING:
+            if self._counted is None:
+                self._counted = _load_counts(self.paths, self._index_option) or False
+            return self._counted if isinstance(self._counted, _Counts) else None
+
     def _dealt(self, rank: int, world: int, pad: bool, start: int) -> Iterator[tuple[int, Any]]:
-        indexes = self._sample_index()
-        firsts = [0, *itertools.accumulate(i.count for i in indexes)]
+        counted = self._shard_index()
+        if counted is None:
+            _note_walk(len(self.paths))
+            indexes = self._sample_index()
+            counts = [i.count for i in indexes]
+        else:
+            counts = counted.counts
+        firsts = [0, *itertools.accumulate(counts)]
         run, padding = _rank_run(firsts[-1], rank, world, pad=pad)
-        wanted = [*run[start:], *padding[max(start - len(run), 0) :]]
-        position = 0
-        while position < len(wanted):
-            first = wanted[position]
+        if counted is not None and start == 0:
+            # a shard the index calls empty is read by no run: the rank where it falls
+            # (the last rank for trailing ones) checks it, so a count of 0 cannot hide samples
+            last = rank == world - 1
+            for shard, count in enumerate(counts):
+                if not count and (
+                    run.start <= firsts[shard] < run.stop or (last and firsts[shard] >= run.start)
+                ):
+                    for _ in _read_counted(self.paths[shard], 0, 0, counted, shard):
+                        pass
+
+        def read(first: int, stop: int) -> Iterator[tuple[int, Any]]:
+            """Positions ``first .. stop - 1``, a shard's part at a time (ranges, never
+            lists: an index may count billions of samples)."""
             shard = _shard_of(firsts, first)
-            stop = position + 1
-            limit = firsts[shard + 1]
-            while (
-                stop < len(wanted) and wanted[stop] == wanted[stop - 1] + 1 and wanted[stop] < limit
-            ):
-                stop += 1
-            lo, hi = first - firsts[shard], wanted[stop - 1] + 1 - firsts[shard]
-            records = self._read_span(self.paths[shard], indexes[shard], lo, hi)
-            yield from zip(wanted[position:stop], records, strict=True)
-            position = stop
+            while first < stop:
+                end = min(stop, firsts[shard + 1])
+                if first < end:
+                    lo, hi = first - firsts[shard], end - firsts[shard]
+                    if counted is None:
+                        records = self._read_span(self.paths[shard], indexes[shard], lo, hi)
+                    else:
+                        records = _read_counted(self.paths[shard], lo, hi, counted, shard)
+                    yield from zip(range(first, end), records, strict=True)
+                first = end
+                shard += 1
+
+        kept: Any = None  # the run's first sample, when it pads the run's end
+        for at, record in read(run.start + start, run.stop) if start < len(run) else ():
+            if at == run.start and at in padding:
+                kept = _copy(record)
+            yield at, record
+        for at in padding[max(start - len(run), 0) :]:
+            if kept is not None and at == run.start:  # not read twice
+                yield at, _copy(kept)
+            else:
+                yield from read(at, at + 1)
 
     def _read_span(self, path: str, index: _Index, lo: int, hi: int) -> Iterator[Any]:
         """Samples ``lo .. hi - 1`` of one shard (exactly ``hi - lo`` records)."""
@@ -688,24 +740,273 @@ class ArchiveSource(Source):
             yield _FailedSample(path, index.error)
 
 
+# -- dealing by a shard index ---------------------------------------------------------------
+
+
+class _Counts:
+    """The shards' sample counts (and file sizes, where recorded) from the index at ``uri``."""
+
+    def __init__(self, uri: str, counts: list[int], sizes: list[int | None]) -> None:
+        self.uri = uri
+        self.counts = counts
+        self.sizes = sizes
+
+
+def _load_counts(paths: list[str], option: str | bool | None) -> _Counts | None:
+    """The index ``option`` names (it must list every shard), or the one found beside the
+    first shard when ``option`` is ``None`` (ignored unless it lists every shard)."""
+    if option is False or not paths:
+        return None
+    if isinstance(option, str):
+        loaded = shardindex.load(option)
+        missing = loaded.missing(paths)
+        if missing:
+            raise PlanError(
+                f"webdataset index {option!r} does not list {len(missing)} of the "
+                f"{len(paths)} shards (first {missing[0]!r}); write it again with "
+                "dataio.write_webdataset_index(pattern, uri)"
+            )
+    else:
+        uri = shardindex.default_index(paths[0])
+        try:
+            loaded = shardindex.load(uri)
+        except (NotFoundError, PermissionDeniedError):
+            return None
+        missing = loaded.missing(paths)
+        if missing:
+            log.info(
+                "webdataset: the index %r does not list %d of the %d shards (first %r); "
+                "it is not used",
+                uri,
+                len(missing),
+                len(paths),
+                missing[0],
+            )
+            return None
+    found = [loaded.lookup(p) for p in paths]
+    return _Counts(loaded.uri, [f[0] for f in found if f], [f[1] for f in found if f])
+
+
+_WALK_NOTED = threading.Event()
+
+
+def _note_walk(shards: int) -> None:
+    """Say once per process what a sharded pass without an index costs, and the cure."""
+    if not _WALK_NOTED.is_set():
+        _WALK_NOTED.set()
+        log.info(
+            "webdataset: dealing %d shards to ranks walks the tar headers of every shard "
+            "first (remotely one request per member, several shards at a time); "
+            "dataio.write_webdataset_index(pattern) writes a shard index once, and passes "
+            "that find it (shardindex.json beside the first shard, or index=...) skip the walk",
+            shards,
+        )
+
+
+def _mismatch(path: str, counted: _Counts, expected: int, actual: str) -> FormatError:
+    return FormatError(
+        f"webdataset index {counted.uri!r} says shard {path!r} holds {expected} samples but "
+        f"it holds {actual}; the shard changed since the index was written: write it again "
+        "with dataio.write_webdataset_index(pattern, uri), or pass index=False"
+    )
+
+
+#: how a run starting inside a shard reaches its first sample: "stream" reads the shard
+#: from its start and drops the samples before (one ranged request, at most one shard's
+#: bytes extra); "walk" walks that shard's headers first (a request per member remotely).
+#: Measured on moto (benchmarks/object_io.py --webdataset-remote), streaming is far faster.
+_SKIP_BY = "stream"
+
+
+def _read_counted(path: str, lo: int, hi: int, counted: _Counts, shard: int) -> Iterator[Any]:
+    """Samples ``lo .. hi - 1`` of shard ``shard``, which the index says holds
+    ``counted.counts[shard]``: streamed from the shard's start (the samples before ``lo``
+    are read and dropped). A read that reaches the shard's end counts it whole, and any
+    disagreement with the index is a :class:`FormatError` naming both counts."""
+    expected, size = counted.counts[shard], counted.sizes[shard]
+    source = _Archive(path)
+    if size is not None and not source.local:
+        source._size = size  # no HEAD: the first ranged GET reports the object's size
+    try:
+        total = source.size()
+    except DataioError as exc:
+        yield from (_FailedSample(path, exc) for _ in range(hi - lo))
+        return
+
+    def check_size() -> None:
+        actual = total if source.observed is None else source.observed
+        if size is not None and size != actual:
+            raise _mismatch(path, counted, expected, f"{actual} bytes, not the {size} it lists")
+
+    check_size()
+    if expected > total // 512:  # a sample takes a header block at least
+        raise _mismatch(path, counted, expected, f"at most {total // 512} in its {total} bytes")
+    if _SKIP_BY == "walk" and lo > 0:
+        yield from _read_walked(path, lo, hi, counted, shard)
+        return
+    to_end = hi >= expected
+    pieces = source.span(0, total) if to_end else _windows(source, total, hi / max(expected, 1))
+    got = seen = 0
+    error: DataioError | None = None
+    try:
+        members = walk(Blocks(_reader(pieces), 0), path, total)
+        for sample in _group(((m, d) for m, _, d in members if d is not None), path):
+            if lo <= seen < hi:
+                got += 1
+                yield sample
+            seen += 1
+            if seen >= hi and not to_end:
+                break
+    except DataioError as exc:
+        error = exc  # a corrupt shard: stand-ins for the rest of the run, as without an index
+        if source.observed is None and size is not None and not source.local:
+            source.version()  # the request failed before reporting a size (a shorter object?)
+            source.observed = source._size
+    check_size()
+    if error is None and (seen < hi or (to_end and seen != expected)):
+        raise _mismatch(path, counted, expected, str(seen))
+    while got < hi - lo:
+        assert error is not None
+        got += 1
+        yield _FailedSample(path, error)
+
+
+def _read_walked(path: str, lo: int, hi: int, counted: _Counts, shard: int) -> Iterator[Any]:
+    """As :func:`_read_counted`, reaching sample ``lo`` by a walk of the shard's headers."""
+    index = _index(path)
+    expected = counted.counts[shard]
+    if index.error is None and index.count != expected:
+        raise _mismatch(path, counted, expected, str(index.count))
+    records = ArchiveSource([path], {})._read_span(path, index, lo, hi)
+    yield from records
+
+
+def _windows(source: _Archive, total: int, part: float) -> Iterator[bytes]:
+    """A shard's bytes from its start by ranged requests of growing size, the first sized
+    to ``part`` of the shard (and a little more): a run ending inside a shard fetches about
+    the bytes it needs, not the whole shard."""
+    start, window = 0, int(total * part * 1.05) + (64 << 10)
+    while start < total:
+        stop = min(total, start + window)
+        yield from source.span(start, stop)
+        start, window = stop, max(window, 1 << 20) * 2
+
+
+# -- writing an index --------------------------------------------------------------------
+
+
+def _shard_entry(path: str) -> tuple[int, int]:
+    """A plain tar's sample count and size: a local one by a walk of its headers, a remote
+    one streamed whole in one request (a header walk would send one per member)."""
+    source = _Archive(path)
+    if source.local:
+        index = _walk_index(source)
+        if index.error is not None:
+            raise index.error
+        return max(len(index.starts) - 1, 0), source.size()
+    total = source.size()
+    key: str | None = None
+    count = 0
+    for name, _, _ in walk(Blocks(_reader(source.span(0, total)), 0), path, total, data=False):
+        sample, field = _split_member(name)
+        if field and not field.startswith("__") and sample != key:
+            count += 1
+            key = sample
+    return count, total
+
+
+def write_webdataset_index(
+    pattern: str | os.PathLike[str], uri: str | os.PathLike[str] | None = None, *, workers: int = 8
+) -> str:
+    """Count the samples of every shard of ``pattern`` and write a shard index (the
+    ``wids`` JSON format) that sharded passes read instead of walking every shard.
+
+    Shards are counted ``workers`` at a time: local ones by a walk of their headers,
+    remote ones streamed whole, once. The index lists each shard's ``url`` (relative to
+    the index's directory when the shard lies under it), ``nsamples`` and ``filesize``.
+
+    Args:
+        pattern: the shards, as :func:`webdataset` takes them (plain ``.tar`` files).
+        uri: where to write; by default ``shardindex.json`` beside the first shard, where
+            :func:`webdataset` looks for it.
+        workers: shards counted at once.
+
+    Returns:
+        The URI written.
+
+    Raises:
+        PlanError: a shard is not a plain ``.tar``, or ``workers`` is not positive.
+        FormatError: a shard is corrupt or truncated (nothing is written).
+
+    Example:
+        >>> dataio.write_webdataset_index("s3://bucket/shard-{0000..0099}.tar")  # doctest: +SKIP
+        's3://bucket/shardindex.json'
+    """
+    paths = expand_braces(os.fspath(pattern))
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise PlanError(f"workers must be a positive integer, got {workers!r}")
+    plain = [p for p in paths if not _plain_tar(p)]
+    if plain:
+        raise PlanError(
+            f"a shard index lists plain .tar shards only; {plain[0]!r} is not one "
+            "(compressed tars are dealt sample by sample and need no index)"
+        )
+    target = os.fspath(uri) if uri is not None else shardindex.default_index(paths[0])
+    with ThreadPoolExecutor(min(workers, len(paths))) as pool:
+        found = list(pool.map(_shard_entry, paths))
+    rows = [
+        {"url": shardindex.entry_url(target, p), "nsamples": n, "filesize": size}
+        for p, (n, size) in zip(paths, found, strict=True)
+    ]
+    shardindex.write(target, rows)
+    return target
+
+
+def _copy(record: Any) -> Any:
+    return dict(record) if isinstance(record, dict) else record
+
+
 def _shard_of(firsts: Sequence[int], position: int) -> int:
     import bisect
 
     return bisect.bisect_right(firsts, position) - 1
 
 
-def webdataset(pattern: str | os.PathLike[str]) -> ArchiveSource:
+def webdataset(
+    pattern: str | os.PathLike[str], *, index: str | os.PathLike[str] | bool | None = None
+) -> ArchiveSource:
     """Samples from WebDataset tar shards named by a brace pattern, in shard order.
 
     The pattern is a local path or a URI (``s3://``, ``gs://``, ``az://``, ``hf://``,
     ``http(s)://``); remote shards are streamed. Braces expand as in
     :func:`expand_braces`: ``{0000..0099}``, ``{train,val}``.
 
+    Args:
+        pattern: the shards, or a shard index (a ``.json`` URI, read at once): its
+            shards, in its order.
+        index: a shard index (``wids`` JSON, see :func:`write_webdataset_index`) giving
+            each shard's sample count, so a sharded pass deals samples to ranks without
+            walking every shard's headers. ``None`` (the default) uses
+            ``shardindex.json`` beside the first shard when it exists and lists every
+            shard; ``False`` never reads one. Read only by sharded passes.
+
     Example:
         >>> source = dataio.webdataset("s3://bucket/shard-{0000..0099}.tar")  # doctest: +SKIP
     """
     text = os.fspath(pattern)
-    return ArchiveSource(expand_braces(text), {"source": "webdataset", "pattern": text})
+    description: dict[str, Any] = {"source": "webdataset", "pattern": text}
+    if text.lower().endswith(".json") and index is None:
+        # a shard index names the shards itself (wids' ShardListDataset takes one so)
+        return ArchiveSource(shardindex.load(text).shards, description, text)
+    option: str | bool | None
+    if index is None or isinstance(index, bool):
+        if index is True:
+            raise PlanError("index=True: pass the index's URI, None (look for one) or False")
+        option = index
+    else:
+        option = os.fspath(index)
+        description["index"] = option
+    return ArchiveSource(expand_braces(text), description, option)
 
 
 def archive(path: str | os.PathLike[str]) -> ArchiveSource:
