@@ -345,20 +345,26 @@ class Loader:
 
     def _deliver(self, job: Any, current: _Pass, fetched: int) -> Any:
         """Build the item; ``fetched``: when the job was taken (stats on)."""
-        epoch, number, stats = current.epoch, current.batches, current.stats
-        current.batches += 1
-        self._rejects.seen(number, job.size)
-        if stats is None:
-            return self._build(job, epoch)
-        stats.batches += 1
-        stats.rows += job.size
-        return self._build_timed(job, epoch, number, stats, fetched)
-
-    def _build(self, job: Any, epoch: int) -> Any:
+        number = current.batches
+        current.batches = number + 1
+        # the rejects log's count, inline: a passthrough batch costs a few microseconds
+        rejects = self._rejects
+        rejects.batch = number  # the bad rows of this batch are recorded under it
+        rejects.rows += job.size
+        rejects.batches += 1
+        stats = current.stats
+        if stats is not None:
+            stats.batches += 1
+            stats.rows += job.size
+            return self._build_timed(job, current.epoch, number, stats, fetched)
         batch = assemble(job, self._policy, self._unstacked)
         batch.pixels = self._pixels
         if self._plain:  # numpy output, no batch transforms or maps: the batch as built
             return batch
+        return self._export(batch, current.epoch)
+
+    def _export(self, batch: Any, epoch: int) -> Any:
+        """The item of an assembled batch: batch transforms, output, batch maps."""
         if self.plan.batch_ops:
             batch = apply_batch_ops(batch, self.plan.batch_ops, self._seed, epoch)
         item: Any = batch
@@ -375,7 +381,7 @@ class Loader:
     def _build_timed(
         self, job: Any, epoch: int, number: int, stats: PassStats, fetched: int
     ) -> Any:
-        """:meth:`_build`, timing each step and recording the batch's lineage."""
+        """:meth:`_deliver`'s build, timing each step and recording the batch's lineage."""
         try:
             batch = assemble(job, self._policy, self._unstacked)
         finally:

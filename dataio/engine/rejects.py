@@ -52,7 +52,7 @@ class RejectLog:
         self.entries: deque[Entry] = deque()
         self.dropped = 0
         #: the running pass: its epoch, the number of the batch being assembled, and
-        #: exact counts for its summary line
+        #: exact counts for its summary line (the loader counts each batch it assembles)
         self.epoch = self.batch = self.rows = self.batches = 0
         self.types: Counter[str] = Counter()
         self.outcomes: Counter[str] = Counter()
@@ -65,13 +65,6 @@ class RejectLog:
         self.epoch, self.batch, self.rows, self.batches = epoch, 0, 0, 0
         self.types, self.outcomes = Counter(), Counter()
         self._open = True
-
-    def seen(self, batch: int, rows: int) -> None:
-        """Count batch ``batch`` (of ``rows`` rows), about to be assembled: its bad
-        rows are recorded under that number."""
-        self.batch = batch
-        self.rows += rows
-        self.batches += 1
 
     def end(self, *, finished: bool) -> None:
         """Log the pass's summary line; once per pass (a pass that saw no batch: none)."""
