@@ -1,0 +1,156 @@
+"""dataio on Ray Data against local oracles: the frame's collect(), the local loader.
+
+Started only inside a namespace with nothing but ``lo`` (see conftest.py).
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+
+import dataio
+import dataio.ray
+
+FILES = 3
+ROWS = 12  # per file
+BAD = 17  # this frame position holds a truncated JPEG
+
+
+def _jpeg(rng: np.random.Generator) -> bytes:
+    h, w = (int(v) for v in rng.integers(36, 64, 2))
+    out = io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(out, format="JPEG")
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("shards")
+    rng = np.random.default_rng(11)
+    for f in range(FILES):
+        ids = np.arange(f * ROWS, (f + 1) * ROWS)
+        images = [_jpeg(rng) for _ in ids]
+        if f * ROWS <= BAD < (f + 1) * ROWS:
+            images[BAD - f * ROWS] = b"\xff\xd8\xff\xe0 truncated"
+        table = pa.table(
+            {
+                "id": pa.array(ids, pa.int64()),
+                "jpeg": pa.array(images, pa.binary()),
+                "key": [f"r{i:03d}" for i in ids],
+            }
+        )
+        pq.write_table(table, root / f"part-{f}.parquet", row_group_size=4)
+    return root
+
+
+def _frame(shards: Path) -> dataio.LazyFrame:
+    return dataio.scan_parquet(str(shards / "*.parquet")).with_columns(label=dataio.col("id") * 10)
+
+
+def _pipe() -> dataio.Pipeline:
+    image = (
+        dataio.slot("image", field="jpeg")
+        .decode_image()
+        .random_resized_crop(h=20, w=20, scale=(0.3, 1.0))
+        .random_flip()
+        .normalize(mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
+    )
+    return dataio.pipeline(image, dataio.slot("label").passthrough(), dataio.batch(5))
+
+
+def _table(ds) -> pa.Table:
+    return pa.concat_tables(
+        [pa.table(b) for b in ds.iter_batches(batch_format="pyarrow", batch_size=None)]
+    )
+
+
+def _same(got: pa.Table, want: pa.Table) -> None:
+    assert got.column_names == want.column_names
+    for name in want.column_names:
+        g, w = got[name].combine_chunks(), want[name].combine_chunks()
+        if isinstance(w.type, pa.FixedShapeTensorType):
+            np.testing.assert_array_equal(_tensor(g), w.to_numpy_ndarray())
+        else:
+            assert g.to_pylist() == w.to_pylist(), name
+
+
+def _tensor(column) -> np.ndarray:
+    if isinstance(column.type, pa.FixedShapeTensorType):
+        return column.to_numpy_ndarray()
+    return column.to_numpy()  # Ray's own tensor type
+
+
+def test_to_ray_gives_the_frames_rows_in_order_with_positions(ray_session, shards) -> None:
+    frame = _frame(shards).filter(dataio.col("id") % 3 != 1).select("id", "label", "key")
+    got = _table(frame.to_ray(parallelism=2))
+    want = frame.collect()
+    assert got.column_names == [*want.column_names, "__position__"]
+    assert got.drop_columns(["__position__"]).equals(want)
+    assert got["__position__"].to_pylist() == list(range(want.num_rows))
+
+
+@pytest.mark.parametrize(("seed", "epoch"), [(0, 0), (9, 2)])
+def test_map_pipeline_equals_the_local_loader(ray_session, shards, seed, epoch) -> None:
+    frame = _frame(shards)
+    ds = dataio.ray.map_pipeline(
+        frame.to_ray(),
+        _pipe(),
+        seed=seed,
+        epoch=epoch,
+        actors=2,
+        cpus_per_actor=0.5,
+        batch_size=7,
+        on_failure="skip",
+    )
+    got = _table(ds)
+    with _pipe().bind(frame).run("arrow", seed=seed, epoch=epoch, on_failure="skip") as loader:
+        want = pa.Table.from_batches(list(loader))
+    assert BAD not in got["__index__"].to_pylist()  # skipped, as locally
+    assert got.num_rows == FILES * ROWS - 1
+    _same(got, want)
+
+
+def test_strict_fails_the_job_naming_the_record(ray_session, shards) -> None:
+    ds = dataio.ray.map_pipeline(_frame(shards).to_ray(), _pipe(), cpus_per_actor=0.5)
+    with pytest.raises(Exception, match=rf"key='r{BAD:03d}' index={BAD} slot='image'"):
+        _table(ds)
+
+
+def test_two_rank_feeds_are_disjoint_complete_and_equal(ray_session, shards) -> None:
+    frame = _frame(shards).filter((dataio.col("id") != BAD) & (dataio.col("id") != 0))
+    ds = dataio.ray.map_pipeline(frame.to_ray(), _pipe(), seed=3, cpus_per_actor=0.5)
+    feeds = [dataio.ray.train_feed(ds, rank, 2, batch_size=4) for rank in range(2)]
+    seen: list[list[dataio.Batch]] = [[], []]
+
+    def consume(rank: int) -> None:
+        seen[rank] = list(feeds[rank])
+
+    threads = [threading.Thread(target=consume, args=(rank,)) for rank in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    with _pipe().bind(frame).run("numpy", seed=3) as loader:
+        local = list(loader)
+    by_index = {
+        i: (b["image"][row], b.row_keys[row]) for b in local for row, i in enumerate(b.indices)
+    }
+    counts = [sum(len(b) for b in batches) for batches in seen]
+    assert counts == [(FILES * ROWS - 2) // 2] * 2  # an even count: equal=True drops none
+    indices = [i for batches in seen for b in batches for i in b.indices]
+    assert len(indices) == len(set(indices))  # disjoint
+    assert set(indices) == set(by_index)  # complete
+    for batches in seen:
+        for b in batches:
+            assert isinstance(b["image"], np.ndarray)
+            assert b["image"].shape[1:] == (3, 20, 20)  # normalize gives CHW
+            for row, i in enumerate(b.indices):
+                np.testing.assert_array_equal(b["image"][row], by_index[i][0])
+                assert b.row_keys[row] == by_index[i][1]
