@@ -121,12 +121,18 @@ def _batch(table: Any, output: str) -> Any:
         import torch
 
         columns = {
-            name: torch.from_numpy(np.ascontiguousarray(value))
+            name: torch.from_numpy(_writable(value, np))
             if isinstance(value, np.ndarray) and value.dtype != object
             else value
             for name, value in columns.items()
         }
     return Batch(columns, keys=keys, indices=indices)
+
+
+def _writable(array: Any, np: Any) -> Any:
+    """Torch tensors own writable memory: a read-only view of an Arrow block is copied."""
+    array = np.ascontiguousarray(array)
+    return array if array.flags.writeable else array.copy()
 
 
 def _values(column: Any, np: Any, pa: Any) -> Any:

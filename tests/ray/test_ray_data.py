@@ -154,3 +154,45 @@ def test_two_rank_feeds_are_disjoint_complete_and_equal(ray_session, shards) -> 
             for row, i in enumerate(b.indices):
                 np.testing.assert_array_equal(b["image"][row], by_index[i][0])
                 assert b.row_keys[row] == by_index[i][1]
+
+
+def test_to_ray_prunes_row_groups_a_filter_excludes(ray_session, tmp_path) -> None:
+    """Row group 0's pages are garbage: only a read that skips it by statistics works."""
+    path = tmp_path / "sorted.parquet"
+    ids = np.arange(30, dtype=np.int64)
+    pq.write_table(
+        pa.table({"id": ids, "v": ids * 2.0}), path, row_group_size=10, compression="none"
+    )
+    meta = pq.ParquetFile(path).metadata
+    data = bytearray(path.read_bytes())
+    for c in range(meta.num_columns):
+        chunk = meta.row_group(0).column(c)
+        # the chunk's pages start at its dictionary page, when it has one
+        start = (
+            chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+        )
+        data[start : start + chunk.total_compressed_size] = b"\xee" * chunk.total_compressed_size
+    path.write_bytes(bytes(data))
+
+    kept = dataio.scan_parquet(str(path)).filter(dataio.col("id") >= 12)
+    got = _table(kept.to_ray())
+    assert got["id"].to_pylist() == list(range(12, 30))
+    assert got["v"].to_pylist() == [2.0 * i for i in range(12, 30)]
+    assert got["__position__"].to_pylist() == list(range(18))
+    with pytest.raises(Exception, match=r"sorted\.parquet"):
+        _table(dataio.scan_parquet(str(path)).to_ray())  # reads row group 0: fails
+
+
+def test_train_feed_torch_output(ray_session, shards) -> None:
+    torch = pytest.importorskip("torch")
+    frame = _frame(shards).filter(dataio.col("id") < 8)
+    ds = dataio.ray.map_pipeline(frame.to_ray(), _pipe(), seed=1, cpus_per_actor=0.5)
+    batches = list(dataio.ray.train_feed(ds, batch_size=3, output="torch"))
+    assert [len(b) for b in batches] == [3, 3, 2]
+    with _pipe().bind(frame).run("torch", seed=1) as loader:
+        local = list(loader)
+    got = torch.cat([b["image"] for b in batches])
+    want = torch.cat([b["image"] for b in local])
+    assert torch.equal(got, want)
+    assert torch.equal(torch.cat([b["label"] for b in batches]), torch.arange(8) * 10)
+    assert [i for b in batches for i in b.indices] == list(range(8))
