@@ -45,24 +45,37 @@ def only_loopback() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
-def ray_session() -> Iterator[Any]:
-    """One local Ray for the session (Ray takes seconds to start)."""
+def ready_to_start() -> Any:
+    """Check the namespace, point workers at this checkout, return the ``ray`` module."""
     reason = only_loopback()
     if reason is not None:
         pytest.fail(reason, pytrace=False)
-    # workers import dataio and these tests' helpers from the checkout
+    # workers import dataio from the checkout
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    paths = [root, os.path.join(root, "tests")]
     old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join([*paths, *([old] if old else [])])
+    if root not in (old or "").split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join([root, *([old] if old else [])])
     import ray
     import ray.data
 
-    ray.init(**RAY_INIT, log_to_driver=False)
     context = ray.data.DataContext.get_current()
     context.execution_options.preserve_order = True
     context.enable_progress_bars = False
+    return ray
+
+
+@pytest.fixture(scope="module")
+def ray_ready() -> Any:
+    """The ``ray`` module, once the namespace is checked (for fixtures starting their own)."""
+    return ready_to_start()
+
+
+@pytest.fixture(scope="module")
+def ray_session() -> Iterator[Any]:
+    """One local Ray per test module (Ray takes seconds to start; the node-loss module
+    starts its own test cluster instead)."""
+    ray = ready_to_start()
+    ray.init(**RAY_INIT, log_to_driver=False)
     try:
         yield ray
     finally:

@@ -6,6 +6,9 @@ Started only inside a namespace with nothing but ``lo`` (see conftest.py).
 from __future__ import annotations
 
 import io
+import os
+import signal
+import sys
 import threading
 from pathlib import Path
 
@@ -14,9 +17,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from PIL import Image
+from ray import cloudpickle
 
 import dataio
 import dataio.ray
+
+# the record maps defined here travel to Ray's workers by value (they cannot import
+# this test module)
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 FILES = 3
 ROWS = 12  # per file
@@ -196,3 +204,32 @@ def test_train_feed_torch_output(ray_session, shards) -> None:
     assert torch.equal(got, want)
     assert torch.equal(torch.cat([b["label"] for b in batches]), torch.arange(8) * 10)
     assert [i for b in batches for i in b.indices] == list(range(8))
+
+
+def _kill_once(marker: str, at: int):
+    """A record map that SIGKILLs its actor's process at record ``id == at``, once."""
+
+    def kill(record):
+        if record["id"] == at and not os.path.exists(marker):
+            Path(marker).touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return record
+
+    return kill
+
+
+def test_a_worker_killed_mid_job_is_recovered_complete_and_ordered(
+    ray_session, shards, tmp_path
+) -> None:
+    marker = str(tmp_path / "killed")
+    frame = _frame(shards).filter(dataio.col("id") != BAD)
+    killer = dataio.map(_kill_once(marker, at=20))
+    pipe = dataio.pipeline(killer, *_pipe().slots, dataio.batch(5))
+    ds = dataio.ray.map_pipeline(
+        frame.to_ray(), pipe, seed=4, actors=2, cpus_per_actor=0.5, batch_size=4
+    )
+    got = _table(ds)
+    assert os.path.exists(marker)  # an actor did die
+    with _pipe().bind(frame).run("arrow", seed=4) as loader:
+        want = pa.Table.from_batches(list(loader))
+    _same(got, want)
