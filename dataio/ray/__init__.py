@@ -6,6 +6,8 @@ package imports it when one of its functions runs.
 * :func:`from_frame` (``LazyFrame.to_ray()``): a dataset whose read tasks run the frame's
   partition-wise plan on their files, in file order, with a ``__position__`` column
   (each row's position in the frame, as a local loader numbers its records).
+* :func:`from_source`: a record source's records (``files``, ``manifest``, shuffles)
+  with their stream positions.
 * :func:`map_pipeline`: a pipeline's slots in ``map_batches`` actor pools, one dataio CPU
   pool per actor, order kept, tensor columns out; values equal a local loader's.
 * :func:`train_feed`: one rank's share of a dataset (``streaming_split``) as dataio
@@ -14,11 +16,19 @@ package imports it when one of its functions runs.
 
 from __future__ import annotations
 
-from dataio.ray.datasets import from_frame, from_table
+from dataio.ray.datasets import from_frame, from_source, from_table
 from dataio.ray.feed import TrainFeed, train_feed
 from dataio.ray.pipeline import map_pipeline
 
-__all__ = ["POSITION", "TrainFeed", "from_frame", "from_table", "map_pipeline", "train_feed"]
+__all__ = [
+    "POSITION",
+    "TrainFeed",
+    "from_frame",
+    "from_source",
+    "from_table",
+    "map_pipeline",
+    "train_feed",
+]
 
 #: the column of each row's stream position that datasets made here carry
 POSITION = "__position__"

@@ -13,7 +13,7 @@ from dataio.plan import runtime
 if TYPE_CHECKING:
     from dataio.frame import LazyFrame
 
-__all__ = ["from_frame", "from_table"]
+__all__ = ["from_frame", "from_source", "from_table"]
 
 POSITION = "__position__"
 
@@ -140,3 +140,42 @@ def from_table(table: Any, *, start: int = 0, blocks: int | None = None) -> Any:
     ds = ray.data.from_arrow(parts)
     ds.context.execution_options.preserve_order = True
     return ds
+
+
+def from_source(source: Any, *, epoch: int = 0, blocks: int | None = None) -> Any:
+    """A Ray dataset of a record source's records at ``epoch``, with ``__position__``.
+
+    ``source`` is anything ``pipe.bind`` takes (``dataio.files``, ``manifest``, a
+    shuffled source, a list of dicts, an Arrow table); a lazy frame goes to
+    :func:`from_frame`. The records are enumerated in the driver, in the order (and
+    shuffle of ``epoch``) a local loader reads them, so ``__position__`` is each
+    record's stream position; bytes the records only name (paths, URIs) are read later
+    by :func:`map_pipeline`'s actors. Sources whose records hold the data themselves
+    (WebDataset shards) are read whole by the driver: prefer files or manifests.
+
+    Example:
+        >>> ds = dataio.ray.from_source(dataio.files("/data/*.jpg"), blocks=16)  # doctest: +SKIP
+    """
+    import pyarrow as pa
+
+    from dataio.frame import LazyFrame
+    from dataio.sources import records
+
+    _ray()
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        raise PlanError(f"epoch must be a non-negative integer, got {epoch!r}")
+    if isinstance(source, LazyFrame):
+        return from_frame(source)
+    src = records(source).at_epoch(epoch)
+    schema = src.arrow_schema()
+    try:
+        if schema is not None:
+            table = pa.Table.from_batches(list(src.iterate_batches()), schema=schema)
+        else:
+            table = pa.Table.from_pylist(list(src.iterate()))
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise PlanError(
+            f"from_source: the records of {src!r} are not Arrow values ({exc}); map them to "
+            "plain types (numbers, strings, bytes) first"
+        ) from exc
+    return from_table(table, blocks=blocks)

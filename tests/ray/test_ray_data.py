@@ -233,3 +233,25 @@ def test_a_worker_killed_mid_job_is_recovered_complete_and_ordered(
     with _pipe().bind(frame).run("arrow", seed=4) as loader:
         want = pa.Table.from_batches(list(loader))
     _same(got, want)
+
+
+def test_from_source_of_a_shuffled_file_list_equals_the_local_loader(ray_session, tmp_path) -> None:
+    rng = np.random.default_rng(8)
+    rows = []
+    for i in range(14):
+        path = tmp_path / f"{i:02d}.jpg"
+        path.write_bytes(_jpeg(rng))
+        rows.append({"jpeg": str(path), "id": i, "key": f"f{i}"})
+    source = dataio.records(rows).shuffle(seed=6)
+    pipe = dataio.pipeline(
+        dataio.slot("image", field="jpeg").decode_image().random_resized_crop(h=12, w=12),
+        dataio.slot("id").passthrough(),
+        dataio.batch(4),
+    )
+    for epoch in (0, 1):
+        ds = dataio.ray.from_source(source, epoch=epoch, blocks=3)
+        got = _table(dataio.ray.map_pipeline(ds, pipe, seed=2, epoch=epoch, cpus_per_actor=0.5))
+        with pipe.bind(source).run("arrow", seed=2, epoch=epoch) as loader:
+            want = pa.Table.from_batches(list(loader))
+        _same(got, want)
+        assert sorted(got["id"].to_pylist()) == list(range(14))
