@@ -158,13 +158,12 @@ def from_source(source: Any, *, epoch: int = 0, blocks: int | None = None) -> An
     """
     import pyarrow as pa
 
-    from dataio.frame import LazyFrame
     from dataio.sources import records
 
     _ray()
     if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
         raise PlanError(f"epoch must be a non-negative integer, got {epoch!r}")
-    if isinstance(source, LazyFrame):
+    if hasattr(source, "to_ray"):  # a LazyFrame (dataio.frame imports this module)
         return from_frame(source)
     src = records(source).at_epoch(epoch)
     schema = src.arrow_schema()
