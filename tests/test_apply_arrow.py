@@ -183,7 +183,36 @@ def test_batch_transforms_and_bad_options_are_refused(table) -> None:
         _pipe().apply_arrow([1, 2], positions=range(2))
 
 
-def test_an_empty_table_gives_an_empty_result(table) -> None:
+def test_an_empty_table_gives_an_empty_result_typed_like_others(table) -> None:
     out = _pipe().apply_arrow(table.slice(0, 0), positions=[])
     assert out.table.num_rows == 0
     assert out.rejects.num_rows == 0
+    full = _pipe().apply_arrow(table.slice(0, 2), positions=[0, 1]).table
+    assert out.table.schema == full.schema  # Ray concatenates blocks of one schema
+    failed = _pipe().apply_arrow(table.slice(9, 1), positions=[9], on_failure="skip")
+    assert failed.table.schema == full.schema
+    assert failed.rejects["position"].to_pylist() == [9]
+
+
+def test_errors_column_keeps_failed_rows_in_order(table) -> None:
+    rows = table.slice(7, 5)  # positions 7..11; 9 is the bad JPEG
+    out = _pipe().apply_arrow(
+        rows, positions=range(7, 12), seed=2, on_failure="skip", errors="column"
+    )
+    dropped = _pipe().apply_arrow(rows, positions=range(7, 12), seed=2, on_failure="skip")
+    got = out.table
+    assert got.column_names == ["image", "label", "__index__", "__key__", "__error__"]
+    assert got["__index__"].to_pylist() == [7, 8, 9, 10, 11]
+    assert got["__key__"].to_pylist() == ["k07", "k08", "k09", "k10", "k11"]
+    errors = got["__error__"].to_pylist()
+    assert errors[:2] == [None, None] and errors[3:] == [None, None]
+    assert errors[2].startswith("DecodeError: the JPEG header is corrupt")
+    assert got["image"].null_count == 1 and not got["image"][2].is_valid
+    assert got["label"].to_pylist() == [21, 24, None, 30, 33]
+    good = got.filter(pa.compute.is_null(got["__error__"]))
+    _assert_same(good.drop_columns(["__error__"]), dropped.table)
+    assert out.rejects.equals(dropped.rejects)
+    clean = _pipe().apply_arrow(table.slice(0, 2), positions=[0, 1], errors="column")
+    assert clean.table["__error__"].null_count == 2
+    with pytest.raises(PlanError, match="errors must be"):
+        _pipe().apply_arrow(rows, positions=range(7, 12), errors="rows")  # type: ignore[arg-type]

@@ -23,7 +23,7 @@ from dataio.engine.stream import Chunk
 from dataio.exceptions import DataioError, PlanError
 from dataio.plan.pipeline import Pipeline
 
-__all__ = ["REJECT_COLUMNS", "ArrowResult", "apply_arrow"]
+__all__ = ["ERROR_COLUMN", "REJECT_COLUMNS", "ArrowResult", "apply_arrow"]
 
 #: the rejects table's columns (a subset of ``loader.rejects()``'s, same names)
 REJECT_COLUMNS = ("epoch", "position", "key", "slot", "error_type", "message")
@@ -57,8 +57,26 @@ def apply_arrow(
     epoch: int,
     on_failure: str | int,
     log_errors: bool | Callable[[Exception], Any],
+    errors: str = "table",
 ) -> ArrowResult:
     """Run ``plan``'s record maps and slots over ``table`` (see ``Pipeline.apply_arrow``)."""
+    batch = _one_batch(table)
+    at = _positions(positions, batch)
+    result = _apply(plan, batch, at, seed, epoch, on_failure, log_errors)
+    if errors == "column":
+        return ArrowResult(_with_errors(result, batch, at), result.rejects)
+    return result
+
+
+def _apply(
+    plan: Pipeline,
+    batch: Any,
+    at: np.ndarray,
+    seed: int,
+    epoch: int,
+    on_failure: str | int,
+    log_errors: bool | Callable[[Exception], Any],
+) -> ArrowResult:
     import pyarrow as pa
 
     if plan.batch_ops or plan.batch_maps:
@@ -66,9 +84,9 @@ def apply_arrow(
             "apply_arrow runs record maps and slots only; batch transforms and batch maps "
             "depend on a loader's batch boundaries: apply them to the batches you train on"
         )
-    batch = _one_batch(table)
-    at = _positions(positions, batch)
     kernels = lower(plan)
+    if batch.num_rows == 0:  # no row task would ever finish the job
+        return ArrowResult(_empty(kernels, batch), _rejects([], epoch))
     chunk = Chunk(0, at.tolist(), batch=batch)
     executor = Executor(
         iter([chunk]),
@@ -126,11 +144,40 @@ def _empty(kernels: tuple[SlotKernel, ...], batch: Any) -> Any:
         else:  # a variable shape: no type to give it without rows
             columns[kernel.name] = pa.nulls(0)
     columns["__index__"] = pa.array([], pa.int64())
-    for name in ("key", "__key__"):
+    for name in _KEYS:
         index = batch.schema.get_field_index(name)
         if index >= 0:
             columns["__key__"] = batch.column(index).slice(0, 0)
             break
+    return pa.table(columns)
+
+
+_KEYS = ("key", "__key__")
+
+#: the error column of ``errors="column"`` results
+ERROR_COLUMN = "__error__"
+
+
+def _with_errors(result: ArrowResult, batch: Any, at: np.ndarray) -> Any:
+    """Every input row in order: failed rows' slot values null and ``__error__`` set
+    (``"ErrorType: message"``; null for rows that succeeded)."""
+    import pyarrow as pa
+
+    good, rejects = result.table, result.rejects
+    kinds, texts = rejects["error_type"].to_pylist(), rejects["message"].to_pylist()
+    messages = {
+        position: f"{kind}: {text}"
+        for position, kind, text in zip(rejects["position"].to_pylist(), kinds, texts, strict=True)
+    }
+    row_of = {position: row for row, position in enumerate(good["__index__"].to_pylist())}
+    positions = at.tolist()
+    take = pa.array([row_of.get(p) for p in positions], pa.int64())
+    columns = {name: good[name].combine_chunks().take(take) for name in good.column_names}
+    columns["__index__"] = pa.array(at)
+    key = next((k for k in _KEYS if k in batch.schema.names), None)
+    if key is not None:  # failed rows keep their keys
+        columns["__key__"] = batch.column(batch.schema.get_field_index(key))
+    columns[ERROR_COLUMN] = pa.array([messages.get(p) for p in positions], pa.string())
     return pa.table(columns)
 
 

@@ -414,6 +414,7 @@ class Pipeline:
         epoch: int = 0,
         on_failure: Literal["strict", "skip"] | int = "strict",
         log_errors: bool | Callable[[Exception], Any] = False,
+        errors: Literal["table", "column"] = "table",
     ) -> ArrowResult:
         """Run the record maps and slots over an Arrow table whose rows have known positions.
 
@@ -434,11 +435,15 @@ class Pipeline:
                 raises the first row error; ``"skip"`` drops failed rows into
                 ``rejects``; an integer requires that many survivors.
             log_errors: as ``run(log_errors=...)``.
+            errors: ``"table"``: rows that failed (under ``skip`` or a survivor count)
+                leave ``table`` and are listed in ``rejects``; ``"column"``: they stay in
+                ``table`` too, in input order, with null slot values and an
+                ``__error__`` column (``"ErrorType: message"``; null for good rows).
 
         Returns:
             An ``ArrowResult``: ``table`` (the columns of a ``run("arrow")`` batch, with
             ``__index__`` the positions) and ``rejects`` (``epoch``, ``position``,
-            ``key``, ``slot``, ``error_type``, ``message`` per dropped row).
+            ``key``, ``slot``, ``error_type``, ``message`` per failed row).
 
         Raises:
             PlanError: bad positions, or a plan with batch transforms or batch maps.
@@ -457,6 +462,8 @@ class Pipeline:
         for name, value in (("seed", seed), ("epoch", epoch)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise PlanError(f"{name} must be a non-negative integer, got {value!r}")
+        if errors not in ("table", "column"):
+            raise PlanError(f"errors must be 'table' or 'column', got {errors!r}")
         run = runtime.apply_arrow()
         result: ArrowResult = run(
             self,
@@ -466,6 +473,7 @@ class Pipeline:
             epoch=epoch,
             on_failure=on_failure,
             log_errors=log_errors,
+            errors=errors,
         )
         return result
 

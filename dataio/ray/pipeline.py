@@ -26,6 +26,7 @@ class _PipelineActor:
         positions: str,
         on_failure: Any,
         log_errors: Any,
+        errors: str,
         workers: int,
     ) -> None:
         # read by dataio's pool when it starts (the first batch): one pool per actor
@@ -37,6 +38,7 @@ class _PipelineActor:
             "epoch": epoch,
             "on_failure": on_failure,
             "log_errors": log_errors,
+            "errors": errors,
         }
 
     def __call__(self, table: Any) -> Any:
@@ -55,6 +57,7 @@ def map_pipeline(
     positions: str = "__position__",
     on_failure: Literal["strict", "skip"] | int = "strict",
     log_errors: bool | Callable[[Exception], Any] = False,
+    errors: Literal["table", "column"] = "table",
 ) -> Any:
     """Run ``pipe``'s record maps and slots over a Ray dataset in an actor pool.
 
@@ -80,6 +83,9 @@ def map_pipeline(
             drops bad rows (an integer requires that many survivors per batch).
         log_errors: as ``run(log_errors=...)``, in the actors (the ``dataio.rows``
             logger goes to the actors' logs).
+        errors: ``"table"`` drops failed rows; ``"column"`` keeps them in order with
+            null slot values and an ``__error__`` column saying why (null for good
+            rows): the dataset's rejects are the rows where it is set.
 
     Example:
         >>> out = dataio.ray.map_pipeline(frame.to_ray(), pipe, seed=0, actors=2)  # doctest: +SKIP
@@ -108,6 +114,8 @@ def map_pipeline(
         raise PlanError(
             f"on_failure must be 'strict', 'skip' or a survivor count >= 0, got {on_failure!r}"
         )
+    if errors not in ("table", "column"):
+        raise PlanError(f"errors must be 'table' or 'column', got {errors!r}")
     names = ds.schema().names if ds.schema() is not None else []
     if positions not in names:
         raise PlanError(
@@ -117,7 +125,7 @@ def map_pipeline(
     workers = max(1, math.floor(cpus_per_actor))
     out = ds.map_batches(
         _PipelineActor,
-        fn_constructor_args=(pipe, seed, epoch, positions, on_failure, log_errors, workers),
+        fn_constructor_args=(pipe, seed, epoch, positions, on_failure, log_errors, errors, workers),
         batch_size=batch_size,
         batch_format="pyarrow",
         zero_copy_batch=True,

@@ -255,3 +255,20 @@ def test_from_source_of_a_shuffled_file_list_equals_the_local_loader(ray_session
             want = pa.Table.from_batches(list(loader))
         _same(got, want)
         assert sorted(got["id"].to_pylist()) == list(range(14))
+
+
+def test_an_error_column_keeps_the_rejects_in_the_dataset(ray_session, shards) -> None:
+    frame = _frame(shards)
+    ds = dataio.ray.map_pipeline(
+        frame.to_ray(), _pipe(), seed=5, on_failure="skip", errors="column", batch_size=8
+    )
+    got = _table(ds)
+    assert got["__index__"].to_pylist() == list(range(FILES * ROWS))
+    bad = got.filter(pa.compute.is_valid(got["__error__"]))
+    assert bad["__index__"].to_pylist() == [BAD]
+    assert bad["__key__"].to_pylist() == [f"r{BAD:03d}"]
+    assert bad["__error__"][0].as_py().startswith("DecodeError: ")
+    with _pipe().bind(frame).run("arrow", seed=5, on_failure="skip") as loader:
+        want = pa.Table.from_batches(list(loader))
+    good = got.filter(pa.compute.is_null(got["__error__"])).drop_columns(["__error__"])
+    _same(good, want)
