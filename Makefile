@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: demo test lint typecheck unit bench asan fuzz clean system-deps tools gpu-check
+.PHONY: demo test lint typecheck unit ray-tests bench asan fuzz clean system-deps tools gpu-check
 
 # Azurite (the Azure Blob emulator) for the az:// tests, from npm into a git-ignored
 # folder. 3.36+ needs node >= 21; Debian's node is 20.
@@ -64,7 +64,18 @@ typecheck: $(VENV)/.test
 unit: $(VENV)/.test tools
 	$(PY) -m pytest
 
-test: system-deps tools lint typecheck unit
+# Ray runs only inside a network namespace holding nothing but lo (it cannot be held to
+# loopback otherwise; see tests/ray/conftest.py); never `ray stop` (it kills by name).
+# Without root (no unshare -n) the Ray tests are skipped, and this says so.
+RAY_PYTEST = RAY_USAGE_STATS_ENABLED=0 $(abspath $(PY)) -m pytest tests/ray -p no:cacheprovider
+ray-tests: $(VENV)/.test
+	@if unshare -n true 2>/dev/null; then \
+		unshare -n -- sh -c 'ip link set lo up && $(RAY_PYTEST)'; \
+	else \
+		echo "make test: the Ray tests (tests/ray) are SKIPPED: they need a network namespace (unshare -n, as root)"; \
+	fi
+
+test: system-deps tools lint typecheck unit ray-tests
 
 bench: $(VENV)/.test
 	$(PY) benchmarks/image_pipeline.py

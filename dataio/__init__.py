@@ -279,9 +279,15 @@ def _engine() -> Any:
     return frames
 
 
+def _apply_arrow() -> Any:
+    from dataio.engine.apply import apply_arrow
+
+    return apply_arrow
+
+
 # Plans reach the runtime above them through dataio.plan.runtime (imports point one way); the
 # runtime's modules load on first use, not here.
-runtime.install(loader=_loader, engine=_engine)
+runtime.install(loader=_loader, engine=_engine, apply_arrow=_apply_arrow)
 
 
 def capabilities() -> dict[str, Any]:

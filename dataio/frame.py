@@ -427,6 +427,24 @@ class LazyFrame(Source):
         """Export the results as an Arrow C stream (polars, duckdb, pyarrow read it)."""
         return self.collect_arrow_reader().__arrow_c_stream__(requested_schema)
 
+    def to_ray(self, *, parallelism: int = -1) -> Any:
+        """A Ray dataset of the frame's rows, read partition-wise by Ray read tasks.
+
+        Each read task runs the plan (scan, ``filter``, ``select``, ``with_columns``) on
+        its share of the files, in file order, adding ``__position__`` (the row's
+        position in the frame); see :func:`dataio.ray.from_frame`. Needs ``dataio[ray]``.
+
+        Raises:
+            PlanError: a plan needing all rows at once (join, sort, aggregate, unique,
+                limit) or Python code (Python filters, seeded op chains).
+
+        Example:
+            >>> ds = dataio.scan_parquet("/data/*.parquet").to_ray()  # doctest: +SKIP
+        """
+        from dataio.ray.datasets import from_frame  # imports Ray: only when asked for
+
+        return from_frame(self, parallelism=parallelism)
+
     def to_polars(self) -> polars.DataFrame:
         """Run the plan; a ``polars.DataFrame``."""
         import polars as pl

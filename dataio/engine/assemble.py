@@ -169,7 +169,9 @@ def _column(
     if whole is not None:
         if job.arrow:  # an Arrow column (numeric ones may be NumPy already)
             if rows is not None:
-                whole = whole[rows] if isinstance(whole, np.ndarray) else whole.take(rows)
+                # int64 indices: an empty list would be typed null (all rows failed)
+                at = np.asarray(rows, np.int64)
+                whole = whole[at] if isinstance(whole, np.ndarray) else whole.take(at)
             return arrow_column(whole)
         picked = whole if rows is None else [whole[row] for row in rows]
         return picked if name in unstacked else _numeric(picked)

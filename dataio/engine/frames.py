@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataio.engine.explain import explain
 from dataio.engine.frame_address import unaddressable_reason
 from dataio.engine.frame_rows import frame_rows
+from dataio.engine.frame_units import frame_units, unit_batches
 from dataio.engine.plain import plain_table
 from dataio.engine.records import iter_records
 from dataio.engine.run import collect_table, stream_batches
@@ -19,6 +20,7 @@ __all__ = [
     "collect_table",
     "explain",
     "frame_rows",
+    "frame_units",
     "iter_records",
     "plain_table",
     "plan_schema",
@@ -26,5 +28,6 @@ __all__ = [
     "scan_options",
     "scan_schema",
     "stream_batches",
+    "unit_batches",
     "unaddressable_reason",
 ]

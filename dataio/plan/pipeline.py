@@ -25,6 +25,7 @@ from dataio.plan.registry.chain import When
 from dataio.plan.registry.methods import TransformMethods
 
 if TYPE_CHECKING:
+    from dataio.engine.apply import ArrowResult
     from dataio.loader import Loader
 
 __all__ = [
@@ -403,6 +404,78 @@ class Pipeline:
         """One line: signature prefix, slots and shape stage (reprs of loaders use it)."""
         slots = ", ".join(s.name for s in self.slots)
         return f"pipeline {self.signature()[:12]}: slots [{slots}], {_shape_text(self.shape)}"
+
+    def apply_arrow(
+        self,
+        table: Any,
+        *,
+        positions: Any,
+        seed: int = 0,
+        epoch: int = 0,
+        on_failure: Literal["strict", "skip"] | int = "strict",
+        log_errors: bool | Callable[[Exception], Any] = False,
+        errors: Literal["table", "column"] = "table",
+    ) -> ArrowResult:
+        """Run the record maps and slots over an Arrow table whose rows have known positions.
+
+        The batch entry point for other engines (``dataio.ray.map_pipeline`` calls it in
+        Ray Data's ``map_batches``): row ``i`` is the record at stream position
+        ``positions[i]``, so its random ops draw what a local loader draws for that
+        record at ``(seed, epoch)``, whatever slice of the stream the table holds. The
+        shape stage is not applied (the table is one batch); batch transforms and batch
+        maps are refused (they depend on a loader's batch boundaries).
+
+        Args:
+            table: a ``pyarrow.Table`` or ``RecordBatch`` of records.
+            positions: each row's stream position: a column name of ``table`` or a
+                sequence / array of integers ``>= 0``, one per row.
+            seed: as ``run(seed=...)``.
+            epoch: as ``run(epoch=...)``.
+            on_failure: as ``run(on_failure=...)``, applied to the whole table: ``"strict"``
+                raises the first row error; ``"skip"`` drops failed rows into
+                ``rejects``; an integer requires that many survivors.
+            log_errors: as ``run(log_errors=...)``.
+            errors: ``"table"``: rows that failed (under ``skip`` or a survivor count)
+                leave ``table`` and are listed in ``rejects``; ``"column"``: they stay in
+                ``table`` too, in input order, with null slot values and an
+                ``__error__`` column (``"ErrorType: message"``; null for good rows).
+
+        Returns:
+            An ``ArrowResult``: ``table`` (the columns of a ``run("arrow")`` batch, with
+            ``__index__`` the positions) and ``rejects`` (``epoch``, ``position``,
+            ``key``, ``slot``, ``error_type``, ``message`` per failed row).
+
+        Raises:
+            PlanError: bad positions, or a plan with batch transforms or batch maps.
+
+        Example:
+            >>> out = pipe.apply_arrow(table, positions=range(100, 164), seed=7)  # doctest: +SKIP
+            >>> out.table["image"].type  # doctest: +SKIP
+            FixedShapeTensorType(extension<arrow.fixed_shape_tensor[...]>)
+        """
+        if on_failure not in ("strict", "skip") and (
+            isinstance(on_failure, bool) or not isinstance(on_failure, int) or on_failure < 0
+        ):
+            raise PlanError(
+                f"on_failure must be 'strict', 'skip' or a survivor count >= 0, got {on_failure!r}"
+            )
+        for name, value in (("seed", seed), ("epoch", epoch)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise PlanError(f"{name} must be a non-negative integer, got {value!r}")
+        if errors not in ("table", "column"):
+            raise PlanError(f"errors must be 'table' or 'column', got {errors!r}")
+        run = runtime.apply_arrow()
+        result: ArrowResult = run(
+            self,
+            table,
+            positions=positions,
+            seed=seed,
+            epoch=epoch,
+            on_failure=on_failure,
+            log_errors=log_errors,
+            errors=errors,
+        )
+        return result
 
     def bind(self, records: Any) -> BoundPipeline:
         """Attach a record source (a source, sequence, iterable or factory); nothing runs

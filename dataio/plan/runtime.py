@@ -16,14 +16,15 @@ from typing import Any
 
 from dataio.exceptions import DataioError
 
-__all__ = ["engine", "install", "loader"]
+__all__ = ["apply_arrow", "engine", "install", "loader"]
 
 _providers: dict[str, Callable[[], Any]] = {}
 
 
 def install(**providers: Callable[[], Any]) -> None:
     """Install entry points: ``loader`` returns the Loader class, ``engine`` the frame
-    engine's API (:mod:`dataio.engine.frames`)."""
+    engine's API (:mod:`dataio.engine.frames`), ``apply_arrow`` the Arrow batch entry
+    point (:mod:`dataio.engine.apply`)."""
     _providers.update(providers)
 
 
@@ -33,6 +34,11 @@ def _get(name: str) -> Any:
     except KeyError:  # pragma: no cover - dataio/__init__.py installs both
         raise DataioError(f"dataio's runtime entry {name!r} is not installed") from None
     return provider()
+
+
+def apply_arrow() -> Any:
+    """The batch entry point :func:`dataio.engine.apply.apply_arrow`."""
+    return _get("apply_arrow")
 
 
 def loader() -> Any:

@@ -1,0 +1,180 @@
+"""Ray datasets of dataio data: frames read partition-wise, tables with positions."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from dataio.exceptions import PlanError
+from dataio.plan import runtime
+
+if TYPE_CHECKING:
+    from dataio.frame import LazyFrame
+
+__all__ = ["from_frame", "from_source", "from_table"]
+
+POSITION = "__position__"
+
+
+def _ray() -> Any:
+    try:
+        import ray.data
+    except ImportError as exc:
+        raise PlanError(
+            "dataio.ray needs Ray Data: pip install 'dataio[ray]' (or 'ray[data]')"
+        ) from exc
+    return ray
+
+
+def _read(units: list[Any]) -> Iterator[Any]:
+    """A read task's body: its units' batches (Ray blocks are tables), in order, with
+    their positions."""
+    import pyarrow as pa
+
+    unit_batches = runtime.engine().unit_batches
+    for unit in units:
+        for batch in unit_batches(unit, position=POSITION):
+            yield pa.Table.from_batches([batch])
+
+
+def _datasource(units: list[Any], schema: Any) -> Any:
+    ray = _ray()
+    from ray.data.block import BlockMetadata
+    from ray.data.datasource import Datasource, ReadTask
+
+    class FrameDatasource(Datasource):
+        """Read tasks over contiguous runs of a frame's files, in file order."""
+
+        def estimate_inmemory_data_size(self) -> int | None:
+            return None
+
+        def get_read_tasks(
+            self, parallelism: int, per_task_row_limit: int | None = None, data_context: Any = None
+        ) -> list[Any]:
+            tasks = max(1, min(parallelism, len(units)))
+            bounds = [round(i * len(units) / tasks) for i in range(tasks + 1)]
+            out = []
+            for lo, hi in itertools.pairwise(bounds):
+                share = units[lo:hi]
+                if not share:
+                    continue
+                rows = sum(u.rows for u in share)
+                files = tuple(u.path for u in share if u.path is not None)
+                meta = BlockMetadata(
+                    num_rows=rows, size_bytes=None, exec_stats=None, input_files=files
+                )
+                out.append(
+                    ReadTask(
+                        functools.partial(_read, share),
+                        meta,
+                        schema=schema,
+                        per_task_row_limit=per_task_row_limit,
+                    )
+                )
+            return out
+
+        def get_name(self) -> str:
+            return "dataio_frame"
+
+    del ray
+    return FrameDatasource()
+
+
+def from_frame(frame: LazyFrame, *, parallelism: int = -1) -> Any:
+    """A Ray dataset of a frame's rows, read partition-wise; ``frame.to_ray()`` calls it.
+
+    The frame's plan (a scan, then ``filter``, ``select``, ``with_columns``) runs in
+    Ray read tasks, each on a contiguous run of the frame's files (row groups pruned by
+    the filter as in a local scan), and the rows keep the frame's order with
+    ``preserve_order``. Each row carries ``__position__``, its position in the frame:
+    :func:`map_pipeline` seeds its random ops with it, as a local loader over the frame
+    does. Row counts per file are found when the dataset is made (file statistics; the
+    filter's columns only for a filtered frame).
+
+    Args:
+        frame: the lazy frame.
+        parallelism: read tasks (at most one per file); ``-1``: Ray chooses.
+
+    Raises:
+        PlanError: the plan needs all rows at once (joins, sorts, aggregates, ``unique``,
+            limits) or Python code (Python filters, seeded op chains).
+
+    Example:
+        >>> frame = dataio.scan_parquet("s3://b/*.parquet").filter(dataio.col("y") > 0)
+        >>> ds = frame.to_ray()  # doctest: +SKIP
+    """
+    ray = _ray()
+    engine = runtime.engine()
+    units = engine.frame_units(frame.plan, where="to_ray")
+    import pyarrow as pa
+
+    base = units[0].schema if units else frame.schema
+    schema = base.append(pa.field(POSITION, pa.int64()))
+    if not units:
+        return ray.data.from_arrow(engine.plain_table(schema.empty_table()))
+    blocks = None if parallelism == -1 else parallelism
+    ds = ray.data.read_datasource(_datasource(units, schema), override_num_blocks=blocks)
+    ds.context.execution_options.preserve_order = True
+    return ds
+
+
+def from_table(table: Any, *, start: int = 0, blocks: int | None = None) -> Any:
+    """A Ray dataset of an Arrow table's rows with ``__position__`` ``start, start+1, ...``.
+
+    Example:
+        >>> ds = dataio.ray.from_table(pa.table({"jpeg": [...]}), blocks=4)  # doctest: +SKIP
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    ray = _ray()
+    if not isinstance(table, pa.Table):
+        raise PlanError(f"from_table takes a pyarrow Table, got {type(table).__name__}")
+    positions = pa.array(np.arange(start, start + table.num_rows, dtype=np.int64))
+    table = table.append_column(POSITION, positions)
+    n = max(1, min(blocks or 1, table.num_rows or 1))
+    cuts = [round(i * table.num_rows / n) for i in range(n + 1)]
+    parts = [table.slice(lo, hi - lo) for lo, hi in itertools.pairwise(cuts)]
+    ds = ray.data.from_arrow(parts)
+    ds.context.execution_options.preserve_order = True
+    return ds
+
+
+def from_source(source: Any, *, epoch: int = 0, blocks: int | None = None) -> Any:
+    """A Ray dataset of a record source's records at ``epoch``, with ``__position__``.
+
+    ``source`` is anything ``pipe.bind`` takes (``dataio.files``, ``manifest``, a
+    shuffled source, a list of dicts, an Arrow table); a lazy frame goes to
+    :func:`from_frame`. The records are enumerated in the driver, in the order (and
+    shuffle of ``epoch``) a local loader reads them, so ``__position__`` is each
+    record's stream position; bytes the records only name (paths, URIs) are read later
+    by :func:`map_pipeline`'s actors. Sources whose records hold the data themselves
+    (WebDataset shards) are read whole by the driver: prefer files or manifests.
+
+    Example:
+        >>> ds = dataio.ray.from_source(dataio.files("/data/*.jpg"), blocks=16)  # doctest: +SKIP
+    """
+    import pyarrow as pa
+
+    from dataio.sources import records
+
+    _ray()
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        raise PlanError(f"epoch must be a non-negative integer, got {epoch!r}")
+    if hasattr(source, "to_ray"):  # a LazyFrame (dataio.frame imports this module)
+        return from_frame(source)
+    src = records(source).at_epoch(epoch)
+    schema = src.arrow_schema()
+    try:
+        if schema is not None:
+            table = pa.Table.from_batches(list(src.iterate_batches()), schema=schema)
+        else:
+            table = pa.Table.from_pylist(list(src.iterate()))
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise PlanError(
+            f"from_source: the records of {src!r} are not Arrow values ({exc}); map them to "
+            "plain types (numbers, strings, bytes) first"
+        ) from exc
+    return from_table(table, blocks=blocks)
