@@ -345,12 +345,26 @@ def tar(data: bytes, workdir: str) -> None:
             dataio.slot("bin", optional=True).decode_bytes(),
         ),
     )
+    for rank in (0, 1):  # a sharded pass deals samples by walking the shard's headers
+        calls(
+            f"webdataset shard {rank}/2",
+            lambda rank=rank: _run_sharded(dataio.webdataset(path, index=False), rank, 2),
+        )
     name = _first_tar_name(data)
     calls("reader tar_entry", lambda: dataio.reader(path).tar_entry(name).read_all())
     gz = _write(workdir, "shard.tar.gz", _gzip(data))
     calls("archive tar.gz", lambda: _drain(dataio.archive(gz)))
     calls("reader gunzip tar_entry", lambda: dataio.reader(gz).gunzip().tar_entry(name).read_all())
     calls.finish()
+
+
+def _run_sharded(source: Any, rank: int, world: int) -> None:
+    import dataio
+
+    pipe = dataio.pipeline(dataio.slot("bin", optional=True).decode_bytes(), dataio.batch(2))
+    with pipe.bind(source).run(concurrency=1, shard={"id": rank, "of": world}) as loader:
+        for _ in loader:
+            pass
 
 
 def _gzip(data: bytes) -> bytes:
@@ -376,6 +390,22 @@ def zip_(data: bytes, workdir: str) -> None:
 # -- text -----------------------------------------------------------------------------------
 
 
+def _small_tar() -> bytes:
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as archive:
+        for key in ("a", "b", "c"):
+            info = tarfile.TarInfo(f"{key}.bin")
+            info.size = 3
+            archive.addfile(info, io.BytesIO(key.encode() * 3))
+    return buffer.getvalue()
+
+
+_SMALL_TAR = _small_tar()
+
+
 def json_(data: bytes, workdir: str) -> None:
     """decode_json, read(format="json"/"jsonl"), scan_json, a JSON-lines manifest."""
     import dataio
@@ -391,6 +421,15 @@ def json_(data: bytes, workdir: str) -> None:
     calls("read format=jsonl", lambda: dataio.read(path, format="jsonl"))
     calls("scan_json collect", lambda: dataio.scan_json(path).collect().to_pylist())
     calls("manifest jsonl", lambda: list(dataio.manifest(path)))
+    # the input as a WebDataset shard index (wids JSON) beside a real shard
+    _write(workdir, "shard-0000.tar", _SMALL_TAR)
+    index = _write(workdir, "shardindex.json", data)
+    calls("webdataset index", lambda: _drain(dataio.webdataset(index)))
+    shard = os.path.join(workdir, "shard-0000.tar")
+    calls(
+        "webdataset index shard 1/2",
+        lambda: _run_sharded(dataio.webdataset(shard, index=index), 1, 2),
+    )
     calls.finish()
 
 
