@@ -294,7 +294,7 @@ class Executor:
         self._fill()
         stats = self._stats
         with self._cond:
-            while self._jobs:
+            while self._jobs and not self._closed:
                 job = self._ready_job()
                 if job is not None:
                     self._jobs.remove(job)
@@ -306,6 +306,8 @@ class Executor:
                     self._cond.wait()
                     stats.wait_ns += perf_counter_ns() - start
             else:
+                if self._closed:  # by another thread while this one waited
+                    raise DataioError("the loader was closed while waiting for a batch")
                 return None
         self._fill()
         return job
@@ -492,6 +494,8 @@ class Executor:
             self._next_chunk = None
         for future in running:
             future.cancel()
+        with self._cond:  # a consumer waiting in next_job (another thread) ends now
+            self._cond.notify_all()
         if wait:
             concurrent.futures.wait(running)
             _close_chunks(self._chunks)
