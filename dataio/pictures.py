@@ -92,7 +92,7 @@ def show(
 
     if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
         raise PlanError(f"show() limit must be a positive integer, got {limit!r}")
-    images = _images(_column(batch, slot), limit)
+    rows, images = _images(_column(batch, slot), limit)
     if not images:
         raise DataioError(f"slot {slot!r} holds no images to show")
     recorded = _recorded(batch, slot)
@@ -106,7 +106,7 @@ def show(
     pictures = [
         _picture(_pixels(image, layout=layout, mean=mean, std=std), size) for image in images
     ]
-    texts = _captions(batch, len(pictures), captions)
+    texts = _captions(batch, rows, captions)
     return _grid(pictures, texts, columns, Image)
 
 
@@ -123,11 +123,13 @@ def _column(batch: Any, slot: str) -> Any:
     return batch
 
 
-def _images(column: Any, limit: int) -> list[np.ndarray]:
-    """The first ``limit`` images as NumPy arrays, out of a stacked array/tensor or a
-    list of them; only those are copied (a GPU batch is not moved whole)."""
+def _images(column: Any, limit: int) -> tuple[list[int], list[np.ndarray]]:
+    """The batch rows of the first ``limit`` images and the images as NumPy arrays, out
+    of a stacked array/tensor or a list of them (rows without an image, ``None`` in an
+    optional slot, are left out); only those are copied (a GPU batch is not moved whole)."""
     if isinstance(column, list | tuple):
-        return [_numpy(image) for image in column if image is not None][:limit]
+        kept = [(row, image) for row, image in enumerate(column) if image is not None][:limit]
+        return [row for row, _ in kept], [_numpy(image) for _, image in kept]
     shape = getattr(column, "shape", None)
     if shape is not None and len(shape) not in (3, 4):
         raise DataioError(
@@ -140,7 +142,7 @@ def _images(column: Any, limit: int) -> list[np.ndarray]:
             f"show() needs images stacked as [n, h, w], [n, h, w, c] or [n, c, h, w]; "
             f"got an array of shape {list(array.shape)}"
         )
-    return list(array)
+    return list(range(len(array))), list(array)
 
 
 def _numpy(value: Any) -> np.ndarray:
@@ -221,7 +223,9 @@ def _picture(pixels: np.ndarray, size: int | None) -> Image.Image:
     return picture.convert("RGB")
 
 
-def _captions(batch: Any, count: int, given: Sequence[Any] | None) -> list[str]:
+def _captions(batch: Any, rows: list[int], given: Sequence[Any] | None) -> list[str]:
+    """A caption per drawn image: ``given``, else the key of its batch row, else ``#row``."""
+    count = len(rows)
     if given is not None:
         texts = [str(c) for c in given][:count]
         if len(texts) != count:
@@ -229,15 +233,15 @@ def _captions(batch: Any, count: int, given: Sequence[Any] | None) -> list[str]:
         return texts
     keys: list[Any] = []
     try:
-        keys = list(getattr(batch, "row_keys", []))[:count]
+        keys = list(getattr(batch, "row_keys", []))
     except DataioError:  # mixed rows (mixup/cutmix) have no single key
         keys = []
     names = getattr(getattr(batch, "schema", None), "names", ())
     if "__key__" in names:  # run("arrow") carries the row keys as a column
-        keys = batch.column("__key__").to_pylist()[:count]
-    if len(keys) == count and any(k is not None for k in keys):
-        return [_text(k) for k in keys]
-    return [f"#{i}" for i in range(count)]
+        keys = batch.column("__key__").to_pylist()
+    if rows and len(keys) > rows[-1] and any(keys[row] is not None for row in rows):
+        return [_text(keys[row]) for row in rows]
+    return [f"#{row}" for row in rows]
 
 
 def _text(key: Any) -> str:

@@ -193,3 +193,16 @@ def test_pixel_formats_forget_batch_statistics() -> None:
         "image": {"layout": "CHW", "mean": None, "std": None},
         "mask": {"layout": "CHW", "mean": None, "std": None},
     }
+
+
+def test_rows_without_an_image_keep_each_image_under_its_own_key() -> None:
+    """An optional slot's ``None`` rows are not drawn, and the images after them keep
+    their own rows' keys (a review found them shifted onto earlier keys)."""
+    dark, light = np.full((8, 8, 3), 50, np.uint8), np.full((8, 8, 3), 200, np.uint8)
+    keys = ["k0", "k1", "k2", "k3"]
+    batch = dataio.Batch({"image": [None, dark, None, light]}, keys=keys, indices=range(4))
+    grid = dataio.show(batch, "image")
+    assert grid.info["captions"] == ["k1", "k3"]
+    for (left, top, right, bottom), want in zip(grid.info["boxes"], (50, 200), strict=True):
+        cell = np.asarray(grid.convert("RGB").crop((left, top, right, bottom)))
+        assert abs(float(np.median(cell)) - want) <= 2
