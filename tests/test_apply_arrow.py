@@ -159,6 +159,9 @@ def test_record_maps_run_and_see_python_records(table) -> None:
         (pa.array([0, None, 2]), "1 positions are null"),
         (pa.array([0.0, 1.0, 2.0]), "must be integers, got double"),
         ("nope", "no column 'nope'"),
+        # rows and their rejects are told apart by position (a review found a failed row
+        # given another row's values when two rows shared one)
+        ([4, 7, 4], "must be unique within a table: 4 appears 2 times"),
     ],
 )
 def test_bad_positions_are_plan_errors(table, positions, message) -> None:

@@ -236,6 +236,12 @@ def _positions(positions: Any, batch: Any) -> np.ndarray:
     at = at.astype(np.int64)
     if (at < 0).any():
         raise PlanError(f"{where} must be >= 0, got {int(at[at < 0][0])}")
+    unique, counts = np.unique(at, return_counts=True)
+    if len(unique) != len(at):  # rows (and their rejects) are told apart by position
+        raise PlanError(
+            f"{where} must be unique within a table: {int(unique[counts > 1][0])} appears "
+            f"{int(counts.max())} times; give each record its stream position"
+        )
     return at
 
 
