@@ -438,11 +438,27 @@ def write_pixels(pixels: np.ndarray, spec: ImageSpec, out: np.ndarray | None = N
         )
     if spec.scale is not None and spec.bias is not None:
         shape = (-1, 1, 1) if spec.layout == "CHW" else (1, 1, -1)
-        np.multiply(src, spec.scale.reshape(shape), out=out)
-        np.add(out, spec.bias.reshape(shape), out=out)
+        scale, bias = _per_channel(spec, src.shape[0 if spec.layout == "CHW" else -1])
+        np.multiply(src, scale.reshape(shape), out=out)
+        np.add(out, bias.reshape(shape), out=out)
     else:
         np.copyto(out, src, casting="unsafe")
     return out
+
+
+def _per_channel(spec: ImageSpec, channels: int) -> tuple[np.ndarray, np.ndarray]:
+    """The normalize factors for an image of ``channels`` channels: an op after the
+    decoder may change the count (``grayscale(channels=1)`` after an RGB decode)."""
+    assert spec.scale is not None and spec.bias is not None
+    scale, bias = spec.scale, spec.bias
+    if scale.size in (1, channels):
+        return scale, bias
+    if channels == 1 and (scale == scale[0]).all() and (bias == bias[0]).all():
+        return scale[:1], bias[:1]  # one mean/std given, broadcast to the decoder's mode
+    raise TransformError(
+        f"normalize has {scale.size} channel values but the image reaching it has "
+        f"{channels} channel(s); pass one value, or {channels}"
+    )
 
 
 def _jpeg_header(data: bytes | bytearray | memoryview) -> tuple[int, int]:
