@@ -108,8 +108,12 @@ class Tail:
 
     def plan(self, ranges: list[tuple[int, int]], fetch: Callable[[int, int], Any]) -> None:
         """Fetch ``ranges`` ahead with ``fetch(start, end)``, replacing an earlier plan."""
-        for piece in list(self.pieces):
-            self.drop(piece)
+        with self.lock:  # the old plan goes first, so letting its pieces go refills nothing
+            self.planned, self.fetch = [], None
+            old, self.pieces = self.pieces, []
+            freed = sum(piece.end - piece.start for piece in old)
+            self.held[0] -= freed
+        _budget.give(freed)
         with self.lock:
             self.planned, self.fetch = list(ranges), fetch
         self._refill()

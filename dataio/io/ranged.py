@@ -14,7 +14,7 @@ import io
 import os
 from typing import Any
 
-from dataio.exceptions import DataioError
+from dataio.exceptions import DataioError, TransportError
 from dataio.io import cache, verbs
 from dataio.io.config import redact
 from dataio.io.uri import parse
@@ -109,12 +109,13 @@ class RangedFile(io.RawIOBase):
                 view[done : done + len(data)] = data
                 done += len(data)
                 if len(data) < rest:
-                    break
+                    raise self._short(at + len(data))
                 continue
-            self._block = self.pread(at, min(self.read_ahead, self.size - at))
+            wanted = min(self.read_ahead, self.size - at)
+            self._block = self.pread(at, wanted)
             self._block_at = at
-            if not self._block:
-                break
+            if len(self._block) < wanted:
+                raise self._short(at + len(self._block))
         self._pos += done
         return done
 
@@ -126,6 +127,7 @@ class RangedFile(io.RawIOBase):
     def pread(self, offset: int, size: int) -> bytes:
         """``size`` bytes from ``offset`` (fewer at the end of the object), fetched now;
         the position does not move."""
+        size = min(size, self.size - offset)  # a cached entry has a footer past the end
         if size <= 0:
             return b""
         self.requests += 1
@@ -152,6 +154,13 @@ class RangedFile(io.RawIOBase):
             self._cached = None
         self._block = b""
         super().close()
+
+    def _short(self, at: int) -> TransportError:
+        """The object ended at byte ``at``, before the size it was opened with."""
+        return TransportError(
+            f"{redact(self.uri)!r} ended at byte {at} of {self.size}: the object is shorter "
+            "than when it was opened (changed meanwhile?); open it again"
+        )
 
     def _check_open(self) -> None:
         if self.closed:

@@ -11,7 +11,7 @@ import pytest
 from helpers.object_servers import RangeServer
 
 import dataio
-from dataio.exceptions import DataioError, NotFoundError
+from dataio.exceptions import DataioError, NotFoundError, TransportError
 from dataio.io.ranged import RangedFile
 
 
@@ -90,3 +90,33 @@ def test_missing_object_and_closed_file(http: str) -> None:
     f.close()
     with pytest.raises(DataioError, match="closed"):
         f.read(1)
+
+
+def test_pread_past_the_end_of_a_cached_object_stops_at_its_end(
+    http: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cache entry ends in a footer: ``pread`` must not hand its bytes out as data."""
+    monkeypatch.setenv("DATAIO_CACHE_DIR", str(tmp_path / "cache"))
+    data = bytes(range(256)) * 4
+    uri = f"{http}/blob.bin"
+    dataio.write(uri, data)
+    assert dataio.read(uri) == data  # cached whole now
+    with RangedFile(uri) as f:
+        assert f._cached is not None
+        assert f.pread(len(data) - 4, 32) == data[-4:]
+        assert f.pread(len(data), 32) == b""
+
+
+@pytest.mark.parametrize("read_ahead", [64, 1 << 20])
+def test_an_object_shorter_than_its_known_size_is_a_transport_error(
+    http: str, read_ahead: int
+) -> None:
+    """Small reads (through the read-ahead block) and large ones fail alike, naming the
+    byte where the object ended, instead of a silent short read."""
+    uri = f"{http}/blob.bin"
+    dataio.write(uri, os.urandom(1000))
+    with (
+        RangedFile(uri, size=3000, read_ahead=read_ahead) as f,
+        pytest.raises(TransportError, match="ended at byte 1000 of 3000"),
+    ):
+        f.read()
