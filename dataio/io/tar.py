@@ -211,9 +211,12 @@ class Blocks:
 class SeekBlocks:
     """Bytes of an archive read at offsets (``read_at(offset, n)``): skips cost nothing."""
 
-    def __init__(self, read_at: Callable[[int, int], bytes], offset: int = 0) -> None:
+    def __init__(
+        self, read_at: Callable[[int, int], bytes], offset: int = 0, *, total: int | None = None
+    ) -> None:
         self._read_at = read_at
         self.offset = offset
+        self._total = total  # the archive's length: a skip past it is short, as a read is
 
     def take(self, n: int) -> bytes:
         """The next ``n`` bytes (fewer at the end of the archive)."""
@@ -222,7 +225,10 @@ class SeekBlocks:
         return out
 
     def skip(self, n: int) -> int:
-        """Pass over ``n`` bytes without reading them."""
+        """Pass over ``n`` bytes without reading them; how many there were (fewer at the
+        end of the archive, when its length is known)."""
+        if self._total is not None:
+            n = max(0, min(n, self._total - self.offset))
         self.offset += n
         return n
 

@@ -557,7 +557,7 @@ def _walk_index(source: _Archive) -> _Index:
     key: str | None = None
     try:
         total = source.size()
-        blocks = SeekBlocks(read_at)
+        blocks = SeekBlocks(read_at, total=total)
         for name, offset, _ in walk(blocks, uri, total, data=False):
             sample, field = _split_member(name)
             if not field or field.startswith("__"):
