@@ -330,6 +330,24 @@ def _plain_tar(uri: str) -> bool:
     return uri.lower().endswith(".tar")
 
 
+def _compressed(uri: str) -> bool | None:
+    """Whether an archive's first bytes are gzip, bzip2 or xz, whatever its name says;
+    ``None`` when it cannot be read now (a pass over it reports why)."""
+    archive = _Archive(uri)
+    try:
+        if archive.local:
+            file, _ = archive.open_local()
+            with file:
+                head: bytes = call(lambda: file.read(6), uri, "archive")
+        else:
+            from dataio.io.verbs import read
+
+            head = bytes(read(uri, offset=0, size=min(6, archive.size())))
+    except DataioError:
+        return None
+    return head[:2] in _COMPRESSED
+
+
 def _tar_members(
     source: _Archive, start: int = 0, stop: int | None = None
 ) -> Iterator[tuple[str, bytes]]:
@@ -606,6 +624,7 @@ class ArchiveSource(Source):
         self._indexes: dict[str, _Index] = {}
         self._index_option = index  # a shard index's URI; None: look beside the shards
         self._counted: _Counts | bool | None = None  # the loaded index (False: none)
+        self._sniffed: dict[str, bool] = {}  # whether a .tar shard's bytes are compressed
 
     def iterate(self) -> Iterator[Any]:
         """Read the archives one after the other, grouping members into samples."""
@@ -643,7 +662,8 @@ class ArchiveSource(Source):
     ) -> Iterator[tuple[int, Any]] | None:
         """Rank ``rank`` of ``world``'s samples, from its ``start``-th on, with their
         positions in the unsharded stream; ``None`` when the archives are not all plain
-        tars (compressed tars and zips are dealt sample by sample, round robin).
+        tars (compressed tars, by name or by their first bytes, and zips are dealt sample
+        by sample, round robin).
 
         The samples of all shards, in order, are cut into ``world`` contiguous runs with
         the counts of a round-robin shard (``pad=True``: ``ceil(n / world)`` each, a rank
@@ -654,9 +674,23 @@ class ArchiveSource(Source):
         read), done once per source; a rank then reads its byte ranges only, and a
         resumed pass starts at its sample's offset.
         """
-        if world == 1 or not all(_plain_tar(p) for p in self.paths):
+        if world == 1 or not all(_plain_tar(p) for p in self.paths) or self._any_compressed():
             return None
         return self._dealt(rank, world, pad, start)
+
+    def _any_compressed(self) -> bool:
+        """Whether a shard named ``.tar`` holds gzip, bzip2 or xz bytes (a pass inflates
+        it; a header walk by offsets cannot), by its first bytes, looked at once."""
+        with _INDEXING:
+            missing = [p for p in dict.fromkeys(self.paths) if p not in self._sniffed]
+            if missing:
+                remote = any(parse(p).scheme != "file" for p in missing)
+                workers = min(32 if remote else 4, len(missing))
+                with ThreadPoolExecutor(workers) as pool:
+                    for path, found in zip(missing, pool.map(_compressed, missing), strict=True):
+                        if found is not None:  # unreadable now: looked at again next time
+                            self._sniffed[path] = found
+            return any(self._sniffed.get(p, False) for p in self.paths)
 
     def _shard_index(self) -> _Counts | None:
         """The shards' sample counts from a shard index, or ``None`` without one."""

@@ -11,19 +11,27 @@ from pathlib import Path
 
 import pytest
 
+import dataio
 from dataio.exceptions import FormatError
 from dataio.sources.archives import _Archive, _walk_index, webdataset
 
 
-def tar_bytes(keys: list[str], *, ext: str = "cls") -> bytes:
-    """A ustar archive of one one-byte member per key."""
+def tar_bytes(keys: list[str], *, labels: list[int] | None = None) -> bytes:
+    """A ustar archive of one ``.cls`` member per key (its label, or ``1``)."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as t:
-        for k in keys:
-            info = tarfile.TarInfo(f"{k}.{ext}")
-            info.size = 1
-            t.addfile(info, io.BytesIO(b"1"))
+        for i, k in enumerate(keys):
+            data = b"1" if labels is None else str(labels[i]).encode()
+            info = tarfile.TarInfo(f"{k}.cls")
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
     return buf.getvalue()
+
+
+def loader_labels(source: object, rank: int, world: int) -> list[int]:
+    plan = dataio.pipeline(dataio.slot("cls").passthrough(), dataio.batch(1))
+    loader = plan.bind(source).run(shard={"id": rank, "of": world, "pad": False})  # type: ignore[arg-type]
+    return [int(bytes(v)) for b in loader for v in b["cls"]]
 
 
 def key(sample: object) -> str:
@@ -55,3 +63,22 @@ def test_a_cut_in_the_last_members_padding_is_a_truncated_shard(tmp_path: Path) 
     assert unsharded[:2] == ["a", "b"] and unsharded[2].endswith(":<unreadable>")
     dealt = sorted(p for rank in range(2) for p in rank_keys(str(path), rank, 2, index=False))
     assert dealt == [(0, "a"), (1, "b")]  # 3 // 2 each, as a round robin of the stream
+
+
+# -- 5: gzip bytes in a shard named .tar ---------------------------------------------------
+
+
+@pytest.mark.parametrize("compress", ["gzip", "bz2", "lzma"])
+def test_compressed_bytes_named_tar_are_dealt_round_robin(tmp_path: Path, compress: str) -> None:
+    import importlib
+
+    module = importlib.import_module(compress)
+    for i in range(2):
+        plain = tar_bytes([f"s{i}k{j}" for j in range(3)], labels=[3 * i + j for j in range(3)])
+        (tmp_path / f"s-{i}.tar").write_bytes(module.compress(plain))  # the name says plain
+    pattern = str(tmp_path / "s-{0..1}.tar")
+    assert [key(r) for r in webdataset(pattern)] == [f"s{i}k{j}" for i in (0, 1) for j in range(3)]
+    # a header walk by offsets would read compressed bytes as headers: no dealing by runs
+    assert webdataset(pattern, index=False).shard_records(0, 2, pad=False) is None
+    assert loader_labels(webdataset(pattern), 0, 2) == [0, 2, 4]
+    assert loader_labels(webdataset(pattern), 1, 2) == [1, 3, 5]
