@@ -653,9 +653,13 @@ class ArchiveSource(Source):
                 remote = any(parse(p).scheme != "file" for p in missing)
                 workers = min(32 if remote else 4, len(missing))
                 with ThreadPoolExecutor(workers) as pool:
-                    for path, index in zip(missing, pool.map(_index, missing), strict=True):
-                        self._indexes[path] = index
-            return [self._indexes[p] for p in self.paths]
+                    found = dict(zip(missing, pool.map(_index, missing), strict=True))
+            else:
+                found = {}
+            # a walk that failed (a shard briefly missing, a dropped connection) is this
+            # pass's answer only: the next pass walks that shard again
+            self._indexes.update((p, i) for p, i in found.items() if i.error is None)
+            return [found[p] if p in found else self._indexes[p] for p in self.paths]
 
     def shard_records(
         self, rank: int, world: int, *, pad: bool, start: int = 0

@@ -42,7 +42,11 @@ def key(sample: object) -> str:
 
 
 def rank_keys(pattern: str, rank: int, world: int, **options: object) -> list[tuple[int, str]]:
-    records = webdataset(pattern, **options).shard_records(rank, world, pad=False)  # type: ignore[arg-type]
+    return rank_keys_of(webdataset(pattern, **options), rank, world)  # type: ignore[arg-type]
+
+
+def rank_keys_of(source: object, rank: int, world: int) -> list[tuple[int, str]]:
+    records = source.shard_records(rank, world, pad=False)  # type: ignore[attr-defined]
     assert records is not None
     return [(at, key(r)) for at, r in records]
 
@@ -82,3 +86,21 @@ def test_compressed_bytes_named_tar_are_dealt_round_robin(tmp_path: Path, compre
     assert webdataset(pattern, index=False).shard_records(0, 2, pad=False) is None
     assert loader_labels(webdataset(pattern), 0, 2) == [0, 2, 4]
     assert loader_labels(webdataset(pattern), 1, 2) == [1, 3, 5]
+
+
+# -- 3: a failure during the header walk ---------------------------------------------------
+
+
+def test_a_shard_missing_for_one_pass_is_walked_again_the_next(tmp_path: Path) -> None:
+    for i in range(2):
+        (tmp_path / f"s-{i}.tar").write_bytes(tar_bytes([f"s{i}k{j}" for j in range(3)]))
+    pattern = str(tmp_path / "s-{0..1}.tar")
+    source = webdataset(pattern, index=False)
+    (tmp_path / "s-1.tar").rename(tmp_path / "hidden")  # transient: a pass sees it missing
+    first = rank_keys_of(source, 1, 2)
+    assert first[0] == (2, "s0k2") and first[1][0] == 3 and first[1][1].endswith("<unreadable>")
+    (tmp_path / "hidden").rename(tmp_path / "s-1.tar")
+    expected = [(3, "s1k0"), (4, "s1k1"), (5, "s1k2")]
+    assert rank_keys_of(source.at_epoch(2), 1, 2) == expected
+    assert rank_keys_of(source, 1, 2) == expected
+    assert rank_keys(pattern, 1, 2, index=False) == expected  # a fresh source agrees
