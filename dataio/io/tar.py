@@ -324,13 +324,16 @@ def walk(
 
     Raises:
         FormatError: a cut, garbled or negative-size header, or a member cut short.
-        LimitError: a header block over ``max_header_bytes``, a member over
-            ``max_member_bytes``.
+        LimitError: a header block, the extended headers before one member or the
+            global pax headers over ``max_header_bytes``; a member over ``max_member_bytes``.
     """
     pending: dict[str, str] = {}  # pax records for the next member
     global_pax: dict[str, str] = {}
     long_name: str | None = None
     first: int | None = None  # the offset of the member's first header block
+    # extended headers are kept until their member: bounded together, not one by one
+    extended = 0  # pax and long-name bytes since the last member
+    global_bytes = 0  # global pax bytes so far (they hold for every later member)
     while True:
         offset = blocks.offset
         block = blocks.take(_BLOCK)
@@ -357,6 +360,18 @@ def walk(
             raise FormatError(f"{where} declares a negative size {size}; the archive is corrupt")
         if kind in _LONG or kind in _PAX:
             limits.check("max_header_bytes", size, what=f"{where}: extended header")
+            if kind == tarfile.XGLTYPE:
+                global_bytes += size
+                limits.check(
+                    "max_header_bytes", global_bytes, what=f"{where}: global pax headers in all"
+                )
+            else:
+                extended += size
+                limits.check(
+                    "max_header_bytes",
+                    extended,
+                    what=f"{where}: extended headers for one member in all",
+                )
             _room(size, offset + _BLOCK, where, total)
             body = blocks.take(size)
             if len(body) < size:
@@ -380,7 +395,7 @@ def walk(
         where = f"tar {name!r} member {member!r} at offset {offset}"
         if "size" in pax:
             size = _pax_size(pax["size"], where)
-        start, pending, long_name, first = first, {}, None, None
+        start, pending, long_name, first, extended = first, {}, None, None, 0
         if kind == tarfile.GNUTYPE_SPARSE or any(k.startswith("GNU.sparse.") for k in pax):
             _sparse_check(block, size, pax, where)
         if kind in _NO_DATA or (kind == tarfile.AREGTYPE and member.endswith("/")):

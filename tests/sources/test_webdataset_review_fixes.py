@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 import dataio
-from dataio.exceptions import FormatError
+from dataio import limits
+from dataio.exceptions import FormatError, LimitError
 from dataio.sources.archives import _Archive, _walk_index, webdataset
 
 
@@ -104,3 +105,54 @@ def test_a_shard_missing_for_one_pass_is_walked_again_the_next(tmp_path: Path) -
     assert rank_keys_of(source.at_epoch(2), 1, 2) == expected
     assert rank_keys_of(source, 1, 2) == expected
     assert rank_keys(pattern, 1, 2, index=False) == expected  # a fresh source agrees
+
+
+# -- 6: a chain of pax headers -------------------------------------------------------------
+
+
+def header(name: bytes, size: int, kind: bytes) -> bytes:
+    """One ustar header block with a valid checksum."""
+    b = bytearray(512)
+    b[: len(name)] = name
+    b[100:108], b[108:116], b[116:124] = b"0000644\0", b"0000000\0", b"0000000\0"
+    b[124:136], b[136:148] = b"%011o\0" % size, b"00000000000\0"
+    b[156:157], b[257:263], b[263:265] = kind, b"ustar\0", b"00"
+    b[148:156] = b" " * 8
+    b[148:156] = b"%06o\0 " % sum(b)
+    return bytes(b)
+
+
+def pax_chain(count: int, value_bytes: int, *, kind: bytes = b"x", member: bytes = b"a") -> bytes:
+    """``count`` pax headers in a row, each with its own key (so none replaces another),
+    then one member ``a.cls``: tar keeps every record until that member."""
+    parts = []
+    for i in range(count):
+        body = b"k%07d=" % i + b"v" * value_bytes + b"\n"
+        n = len(body) + len(b"%d " % (len(body) + 6))
+        record = b"%d " % n + body
+        assert len(record) == n
+        parts.append(header(b"pax", n, kind) + record + bytes(-n % 512))
+    member_header = header(member + b".cls", 1, b"0")
+    return b"".join(parts) + member_header + b"1" + bytes(511) + bytes(1024)
+
+
+@pytest.mark.parametrize("kind", [b"x", b"g"])
+def test_a_chain_of_pax_headers_is_bounded_in_all(tmp_path: Path, kind: bytes) -> None:
+    path = tmp_path / "s.tar"
+    path.write_bytes(pax_chain(16, 8000, kind=kind))  # 16 headers of 8 KB: 128 KB in all
+    with tarfile.open(path) as oracle:  # tarfile reads it: one member, many pax records
+        assert oracle.getnames() == ["a.cls"]
+    with limits.scoped(max_header_bytes=64 * 1024):  # each header alone is well under
+        with pytest.raises(LimitError, match="max_header_bytes"):
+            list(webdataset(str(path)))
+        assert isinstance(_walk_index(_Archive(str(path))).error, LimitError)
+        path.write_bytes(pax_chain(4, 8000, kind=kind))  # 32 KB in all: read as before
+        assert [key(r) for r in webdataset(str(path))] == ["a"]
+
+
+def test_extended_headers_count_per_member(tmp_path: Path) -> None:
+    chains = [pax_chain(4, 8000, member=m)[:-1024] for m in (b"a", b"b", b"c")]
+    path = tmp_path / "s.tar"
+    path.write_bytes(b"".join(chains) + bytes(1024))  # 32 KB of pax per member, 96 KB in all
+    with limits.scoped(max_header_bytes=64 * 1024):
+        assert [key(r) for r in webdataset(str(path))] == ["a", "b", "c"]
