@@ -685,8 +685,15 @@ class ArchiveSource(Source):
     def _any_compressed(self) -> bool:
         """Whether a shard named ``.tar`` holds gzip, bzip2 or xz bytes (a pass inflates
         it; a header walk by offsets cannot), by its first bytes, looked at once."""
+        # a shard index vouches for its remote shards (its writer walked their headers):
+        # looking costs a request per shard, which an indexed pass saves
+        indexed = self._shard_index() is not None
         with _INDEXING:
-            missing = [p for p in dict.fromkeys(self.paths) if p not in self._sniffed]
+            missing = [
+                p
+                for p in dict.fromkeys(self.paths)
+                if p not in self._sniffed and not (indexed and parse(p).scheme != "file")
+            ]
             if missing:
                 remote = any(parse(p).scheme != "file" for p in missing)
                 workers = min(32 if remote else 4, len(missing))
