@@ -802,9 +802,13 @@ def _load_counts(paths: list[str], option: str | bool | None) -> _Counts | None:
     first shard when ``option`` is ``None`` (ignored unless it lists every shard)."""
     if option is False or not paths:
         return None
+    by_name = False
     if isinstance(option, str):
         loaded = shardindex.load(option)
-        missing = loaded.missing(paths)
+        # by file name only when no shard is listed where it is: an index copied away
+        # from its shards, not one that lists some of them and not others of that name
+        by_name = all(loaded.lookup(p, by_name=False) is None for p in paths)
+        missing = loaded.missing(paths, by_name=by_name)
         if missing:
             raise PlanError(
                 f"webdataset index {option!r} does not list {len(missing)} of the "
@@ -817,7 +821,9 @@ def _load_counts(paths: list[str], option: str | bool | None) -> _Counts | None:
             loaded = shardindex.load(uri)
         except (NotFoundError, PermissionDeniedError):
             return None
-        missing = loaded.missing(paths)
+        # an index found by its place lists the shards beside it: a shard elsewhere with
+        # the same file name (a/shard.tar, b/shard.tar) is another shard, not a copy
+        missing = loaded.missing(paths, by_name=False)
         if missing:
             log.info(
                 "webdataset: the index %r does not list %d of the %d shards (first %r); "
@@ -828,7 +834,7 @@ def _load_counts(paths: list[str], option: str | bool | None) -> _Counts | None:
                 missing[0],
             )
             return None
-    found = [loaded.lookup(p) for p in paths]
+    found = [loaded.lookup(p, by_name=by_name) for p in paths]
     return _Counts(loaded.uri, [f[0] for f in found if f], [f[1] for f in found if f])
 
 

@@ -13,7 +13,7 @@ import pytest
 
 import dataio
 from dataio import limits
-from dataio.exceptions import FormatError, LimitError
+from dataio.exceptions import FormatError, LimitError, PlanError
 from dataio.sources.archives import _Archive, _walk_index, webdataset
 
 
@@ -156,3 +156,38 @@ def test_extended_headers_count_per_member(tmp_path: Path) -> None:
     path.write_bytes(b"".join(chains) + bytes(1024))  # 32 KB of pax per member, 96 KB in all
     with limits.scoped(max_header_bytes=64 * 1024):
         assert [key(r) for r in webdataset(str(path))] == ["a", "b", "c"]
+
+
+# -- 4: a shard index applied to another shard of the same file name ----------------------
+
+
+def test_an_index_found_beside_one_shard_is_not_applied_to_its_namesake(tmp_path: Path) -> None:
+    for sub, keys in (("a", ["a0", "a1"]), ("b", ["b0", "b1", "b2", "b3"])):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / "shard.tar").write_bytes(tar_bytes(keys))
+    dataio.write_webdataset_index(str(tmp_path / "a" / "shard.tar"))  # lists a/shard.tar only
+    assert (tmp_path / "a" / "shardindex.json").exists()
+    pattern = str(tmp_path / "{a,b}" / "shard.tar")
+    unsharded = [key(r) for r in webdataset(pattern)]
+    assert unsharded == ["a0", "a1", "b0", "b1", "b2", "b3"]
+    dealt = [p for rank in range(2) for p in rank_keys(pattern, rank, 2)]
+    assert dealt == list(enumerate(unsharded))  # b/shard.tar holds 4 samples, not a's 2
+    # named explicitly, the index must list b/shard.tar where it is
+    with pytest.raises(PlanError, match="does not list 1 of the 2 shards"):
+        rank_keys(pattern, 0, 2, index=str(tmp_path / "a" / "shardindex.json"))
+
+
+def test_an_index_copied_away_from_its_shards_is_matched_by_name(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    for i in range(2):
+        keys = [f"s{i}k{j}" for j in range(i + 2)]
+        (tmp_path / "data" / f"s-{i}.tar").write_bytes(tar_bytes(keys))
+    written = dataio.write_webdataset_index(
+        str(tmp_path / "data" / "s-{0..1}.tar"), str(tmp_path / "elsewhere" / "i.json")
+    )
+    moved = tmp_path / "moved"
+    (tmp_path / "data").rename(moved)  # the index's absolute-or-relative URLs now miss
+    pattern = str(moved / "s-{0..1}.tar")
+    unsharded = [key(r) for r in webdataset(pattern)]
+    dealt = [p for rank in range(2) for p in rank_keys(pattern, rank, 2, index=written)]
+    assert dealt == list(enumerate(unsharded))[:4]
