@@ -908,6 +908,9 @@ def _read_counted(path: str, lo: int, hi: int, counted: _Counts, shard: int) -> 
             seen += 1
             if seen >= hi and not to_end:
                 break
+        if to_end:
+            for _ in pieces:  # past the end-of-archive block: the whole read completes (cached)
+                pass
     except DataioError as exc:
         error = exc  # a corrupt shard: stand-ins for the rest of the run, as without an index
         if source.observed is None and size is not None and not source.local:
@@ -958,11 +961,14 @@ def _shard_entry(path: str) -> tuple[int, int]:
     total = source.size()
     key: str | None = None
     count = 0
-    for name, _, _ in walk(Blocks(_reader(source.span(0, total)), 0), path, total, data=False):
+    pieces = source.span(0, total)
+    for name, _, _ in walk(Blocks(_reader(pieces), 0), path, total, data=False):
         sample, field = _split_member(name)
         if field and not field.startswith("__") and sample != key:
             count += 1
             key = sample
+    for _ in pieces:  # past the end-of-archive block: the whole read completes (and is cached)
+        pass
     return count, total
 
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 import io
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import dataio
 from dataio import limits
 from dataio.exceptions import FormatError, LimitError, PlanError
+from dataio.io import config
 from dataio.sources.archives import _Archive, _walk_index, webdataset
 
 
@@ -191,3 +193,45 @@ def test_an_index_copied_away_from_its_shards_is_matched_by_name(tmp_path: Path)
     unsharded = [key(r) for r in webdataset(pattern)]
     dealt = [p for rank in range(2) for p in rank_keys(pattern, rank, 2, index=written)]
     assert dealt == list(enumerate(unsharded))[:4]
+
+
+# -- 7: whole-object reads of the index paths fill the byte cache --------------------------
+
+
+def use_cache(monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
+    monkeypatch.setenv("DATAIO_CACHE_DIR", str(path))
+    config.reset()
+
+
+def shard_gets(server: Any, since: int) -> list[str]:
+    return [p for m, p, _ in server.requests[since:] if m == "GET" and p.endswith(".tar")]
+
+
+def test_whole_shard_reads_of_the_index_paths_are_cached(
+    http_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    try:
+        for i in range(2):
+            http_server.objects[f"/objects/t-{i}.tar"] = tar_bytes([f"t{i}k{j}" for j in range(3)])
+        pattern = http_server.url + "/objects/t-{0..1}.tar"
+        shards = [http_server.url + f"/objects/t-{i}.tar" for i in range(2)]
+        # writing an index streams each remote shard whole: the walk stops at the
+        # end-of-archive block, the read goes on to the object's end and is saved
+        use_cache(monkeypatch, tmp_path / "cache-1")
+        index = dataio.write_webdataset_index(pattern, str(tmp_path / "i.json"))
+        since = len(http_server.requests)
+        assert [dataio.read(s) for s in shards] == [
+            http_server.objects[f"/objects/t-{i}.tar"] for i in range(2)
+        ]
+        assert shard_gets(http_server, since) == []
+        # an indexed sharded pass reads each rank's whole shard once: saved as well
+        use_cache(monkeypatch, tmp_path / "cache-2")
+        runs = [rank_keys(pattern, rank, 2, index=index) for rank in range(2)]
+        assert runs == [[(j, f"t0k{j}") for j in range(3)], [(3 + j, f"t1k{j}") for j in range(3)]]
+        since = len(http_server.requests)
+        assert [dataio.read(s) for s in shards] == [
+            http_server.objects[f"/objects/t-{i}.tar"] for i in range(2)
+        ]
+        assert shard_gets(http_server, since) == []
+    finally:
+        config.reset()
