@@ -14,6 +14,7 @@ run of the samples, shards whole where the run covers them, so each rank reads a
 from __future__ import annotations
 
 import functools
+import io
 import itertools
 import logging
 import lzma
@@ -365,12 +366,53 @@ def _tar_members(
         total = source.size()
     end = total if stop is None else stop
     pieces = source.span(start, end)
+    if not source.local and start == 0:
+        head, pieces = _peek(pieces, 6)
+        if head[:2] in _COMPRESSED:  # gzip, bzip2 or xz, whatever the name says
+            yield from _tarfile_members(_PieceStream(pieces), source.uri, stream=True)
+            for _ in pieces:  # the rest (a gzip trailer): the whole read completes (cached)
+                pass
+            return
     blocks = Blocks(_reader(pieces), start)
     for name, _, data in walk(blocks, source.uri, total):
         assert data is not None
         yield name, data
     for _ in pieces:  # the end-of-archive padding: a whole read completes (and is cached)
         pass
+
+
+def _peek(pieces: Iterator[bytes], n: int) -> tuple[bytes, Iterator[bytes]]:
+    """The first ``n`` bytes of ``pieces`` (fewer when they end), and all of them again."""
+    seen: list[bytes] = []
+    while sum(map(len, seen)) < n:
+        piece = next(pieces, None)
+        if piece is None:
+            break
+        seen.append(piece)
+    return b"".join(seen)[:n], itertools.chain(seen, pieces)
+
+
+class _PieceStream(io.RawIOBase):
+    """A read-only, unseekable file over pieces of bytes as they arrive (a compressed
+    tar streamed from a remote store)."""
+
+    def __init__(self, pieces: Iterator[bytes]) -> None:
+        self._pieces = pieces
+        self._left = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._left:
+            piece = next(self._pieces, None)
+            if piece is None:
+                return 0
+            self._left = memoryview(piece)
+        n = min(len(buffer), len(self._left))
+        buffer[:n] = self._left[:n]
+        self._left = self._left[n:]
+        return n
 
 
 def _reader(pieces: Iterator[bytes]) -> Callable[[int], bytes]:
@@ -380,10 +422,12 @@ def _reader(pieces: Iterator[bytes]) -> Callable[[int], bytes]:
     return read
 
 
-def _tarfile_members(file: Any, path: str) -> Iterator[tuple[str, bytes]]:
-    """A compressed tar, through :mod:`tarfile` (its length is unknown)."""
+def _tarfile_members(file: Any, path: str, *, stream: bool = False) -> Iterator[tuple[str, bytes]]:
+    """A compressed tar, through :mod:`tarfile` (its length is unknown); ``stream``: read
+    front to back (the file cannot seek)."""
+    mode = "r|*" if stream else "r:*"
     try:
-        with tarfile.open(fileobj=file, mode="r:*", tarinfo=checked_tarinfo(path, None)) as tar:
+        with tarfile.open(fileobj=file, mode=mode, tarinfo=checked_tarinfo(path, None)) as tar:
             for member in tar:
                 if not member.isfile():
                     continue
@@ -398,8 +442,6 @@ def _tarfile_members(file: Any, path: str) -> Iterator[tuple[str, bytes]]:
 
 def _zip_members(source: _Archive) -> Iterator[tuple[str, bytes]]:
     if not source.local:
-        import io
-
         from dataio.io.verbs import read
 
         file: Any = io.BytesIO(read(source.uri))  # a zip's directory is at its end

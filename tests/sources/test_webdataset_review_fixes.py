@@ -235,3 +235,42 @@ def test_whole_shard_reads_of_the_index_paths_are_cached(
         assert shard_gets(http_server, since) == []
     finally:
         config.reset()
+
+
+# -- 2: remote compressed tars -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("compress", "suffix"),
+    [("gzip", ".tar.gz"), ("bz2", ".tar.bz2"), ("lzma", ".tar.xz"), ("gzip", ".tar")],
+)
+def test_remote_compressed_tars_are_read(
+    http_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compress: str, suffix: str
+) -> None:
+    import importlib
+
+    module = importlib.import_module(compress)
+    try:
+        use_cache(monkeypatch, tmp_path / "cache")
+        for i in range(2):
+            plain = tar_bytes([f"s{i}k{j}" for j in range(3)], labels=[3 * i + j for j in range(3)])
+            http_server.objects[f"/objects/s-{i}{suffix}"] = module.compress(plain)
+        pattern = http_server.url + "/objects/s-{0..1}" + suffix
+        expected = [f"s{i}k{j}" for i in (0, 1) for j in range(3)]
+        assert [key(r) for r in webdataset(pattern)] == expected
+        assert webdataset(pattern).shard_records(0, 2, pad=False) is None  # round robin
+        assert loader_labels(webdataset(pattern), 1, 2) == [1, 3, 5]
+        since = len(http_server.requests)  # each whole read was saved to the byte cache
+        assert [key(r) for r in webdataset(pattern)] == expected
+        assert shard_gets(http_server, since) == []
+    finally:
+        config.reset()
+
+
+def test_a_cut_remote_compressed_tar_is_a_format_error(http_server: Any) -> None:
+    import gzip
+
+    whole = gzip.compress(tar_bytes(["a", "b", "c"]))
+    http_server.objects["/objects/cut.tar.gz"] = whole[: len(whole) // 2]  # gzip stream cut
+    with pytest.raises(FormatError, match="corrupt or truncated"):
+        list(webdataset(http_server.url + "/objects/cut.tar.gz"))
