@@ -425,7 +425,7 @@ def _reader(pieces: Iterator[bytes]) -> Callable[[int], bytes]:
 def _tarfile_members(file: Any, path: str, *, stream: bool = False) -> Iterator[tuple[str, bytes]]:
     """A compressed tar, through :mod:`tarfile` (its length is unknown); ``stream``: read
     front to back (the file cannot seek)."""
-    mode = "r|*" if stream else "r:*"
+    mode: Any = "r|*" if stream else "r:*"  # the stubs type the stream modes apart
     try:
         with tarfile.open(fileobj=file, mode=mode, tarinfo=checked_tarinfo(path, None)) as tar:
             for member in tar:
