@@ -727,14 +727,20 @@ class ArchiveSource(Source):
     def _any_compressed(self) -> bool:
         """Whether a shard named ``.tar`` holds gzip, bzip2 or xz bytes (a pass inflates
         it; a header walk by offsets cannot), by its first bytes, looked at once."""
-        # a shard index vouches for its remote shards (its writer walked their headers):
-        # looking costs a request per shard, which an indexed pass saves
-        indexed = self._shard_index() is not None
+        # looking at a remote shard costs a request, which these save: a shard index
+        # vouches for its shards (its writer walked their headers), and without one the
+        # header walk a dealt pass needs anyway (saved in the cache directory) does
+        remote = [p for p in self.paths if parse(p).scheme != "file"]
+        vouched: set[str] = set()
+        if remote:
+            if self._shard_index() is not None:
+                vouched.update(remote)
+            else:
+                walks = zip(self.paths, self._sample_index(), strict=True)
+                vouched.update(p for p, index in walks if index.error is None)
         with _INDEXING:
             missing = [
-                p
-                for p in dict.fromkeys(self.paths)
-                if p not in self._sniffed and not (indexed and parse(p).scheme != "file")
+                p for p in dict.fromkeys(self.paths) if p not in self._sniffed and p not in vouched
             ]
             if missing:
                 remote = any(parse(p).scheme != "file" for p in missing)
