@@ -730,11 +730,11 @@ class ArchiveSource(Source):
         # looking at a remote shard costs a request, which these save: a shard index
         # vouches for its shards (its writer walked their headers), and without one the
         # header walk a dealt pass needs anyway (saved in the cache directory) does
-        remote = [p for p in self.paths if parse(p).scheme != "file"]
+        remotes = [p for p in self.paths if parse(p).scheme != "file"]
         vouched: set[str] = set()
-        if remote:
+        if remotes:
             if self._shard_index() is not None:
-                vouched.update(remote)
+                vouched.update(remotes)
             else:
                 walks = zip(self.paths, self._sample_index(), strict=True)
                 vouched.update(p for p, index in walks if index.error is None)
