@@ -58,7 +58,8 @@ class Limits:
         inflation_floor_bytes: Inflated size under which the ratio is not checked (a
             small all-zero array compresses >1000:1 honestly).
         max_header_bytes: Declared size of a header or metadata block (NPY header,
-            safetensors JSON header, Feather/Parquet footer, handshake frames).
+            safetensors JSON header, Feather/Parquet footer, handshake frames; a tar
+            member's pax and long-name headers together, and the global pax headers).
         max_prealloc_bytes: Bytes allocated ahead of data on the strength of a declared
             size (an HTTP ``Content-Length``, a length prefix); past it, buffers grow as
             bytes arrive.

@@ -211,9 +211,12 @@ class Blocks:
 class SeekBlocks:
     """Bytes of an archive read at offsets (``read_at(offset, n)``): skips cost nothing."""
 
-    def __init__(self, read_at: Callable[[int, int], bytes], offset: int = 0) -> None:
+    def __init__(
+        self, read_at: Callable[[int, int], bytes], offset: int = 0, *, total: int | None = None
+    ) -> None:
         self._read_at = read_at
         self.offset = offset
+        self._total = total  # the archive's length: a skip past it is short, as a read is
 
     def take(self, n: int) -> bytes:
         """The next ``n`` bytes (fewer at the end of the archive)."""
@@ -222,7 +225,10 @@ class SeekBlocks:
         return out
 
     def skip(self, n: int) -> int:
-        """Pass over ``n`` bytes without reading them."""
+        """Pass over ``n`` bytes without reading them; how many there were (fewer at the
+        end of the archive, when its length is known)."""
+        if self._total is not None:
+            n = max(0, min(n, self._total - self.offset))
         self.offset += n
         return n
 
@@ -318,13 +324,16 @@ def walk(
 
     Raises:
         FormatError: a cut, garbled or negative-size header, or a member cut short.
-        LimitError: a header block over ``max_header_bytes``, a member over
-            ``max_member_bytes``.
+        LimitError: a header block, the extended headers before one member or the
+            global pax headers over ``max_header_bytes``; a member over ``max_member_bytes``.
     """
     pending: dict[str, str] = {}  # pax records for the next member
     global_pax: dict[str, str] = {}
     long_name: str | None = None
     first: int | None = None  # the offset of the member's first header block
+    # extended headers are kept until their member: bounded together, not one by one
+    extended = 0  # pax and long-name bytes since the last member
+    global_bytes = 0  # global pax bytes so far (they hold for every later member)
     while True:
         offset = blocks.offset
         block = blocks.take(_BLOCK)
@@ -351,6 +360,18 @@ def walk(
             raise FormatError(f"{where} declares a negative size {size}; the archive is corrupt")
         if kind in _LONG or kind in _PAX:
             limits.check("max_header_bytes", size, what=f"{where}: extended header")
+            if kind == tarfile.XGLTYPE:
+                global_bytes += size
+                limits.check(
+                    "max_header_bytes", global_bytes, what=f"{where}: global pax headers in all"
+                )
+            else:
+                extended += size
+                limits.check(
+                    "max_header_bytes",
+                    extended,
+                    what=f"{where}: extended headers for one member in all",
+                )
             _room(size, offset + _BLOCK, where, total)
             body = blocks.take(size)
             if len(body) < size:
@@ -374,7 +395,7 @@ def walk(
         where = f"tar {name!r} member {member!r} at offset {offset}"
         if "size" in pax:
             size = _pax_size(pax["size"], where)
-        start, pending, long_name, first = first, {}, None, None
+        start, pending, long_name, first, extended = first, {}, None, None, 0
         if kind == tarfile.GNUTYPE_SPARSE or any(k.startswith("GNU.sparse.") for k in pax):
             _sparse_check(block, size, pax, where)
         if kind in _NO_DATA or (kind == tarfile.AREGTYPE and member.endswith("/")):

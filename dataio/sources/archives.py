@@ -14,6 +14,7 @@ run of the samples, shards whole where the run covers them, so each rank reads a
 from __future__ import annotations
 
 import functools
+import io
 import itertools
 import logging
 import lzma
@@ -330,6 +331,24 @@ def _plain_tar(uri: str) -> bool:
     return uri.lower().endswith(".tar")
 
 
+def _compressed(uri: str) -> bool | None:
+    """Whether an archive's first bytes are gzip, bzip2 or xz, whatever its name says;
+    ``None`` when it cannot be read now (a pass over it reports why)."""
+    archive = _Archive(uri)
+    try:
+        if archive.local:
+            file, _ = archive.open_local()
+            with file:
+                head: bytes = call(lambda: file.read(6), uri, "archive")
+        else:
+            from dataio.io.verbs import read
+
+            head = bytes(read(uri, offset=0, size=min(6, archive.size())))
+    except DataioError:
+        return None
+    return head[:2] in _COMPRESSED
+
+
 def _tar_members(
     source: _Archive, start: int = 0, stop: int | None = None
 ) -> Iterator[tuple[str, bytes]]:
@@ -347,12 +366,53 @@ def _tar_members(
         total = source.size()
     end = total if stop is None else stop
     pieces = source.span(start, end)
+    if not source.local and start == 0:
+        head, pieces = _peek(pieces, 6)
+        if head[:2] in _COMPRESSED:  # gzip, bzip2 or xz, whatever the name says
+            yield from _tarfile_members(_PieceStream(pieces), source.uri, stream=True)
+            for _ in pieces:  # the rest (a gzip trailer): the whole read completes (cached)
+                pass
+            return
     blocks = Blocks(_reader(pieces), start)
     for name, _, data in walk(blocks, source.uri, total):
         assert data is not None
         yield name, data
     for _ in pieces:  # the end-of-archive padding: a whole read completes (and is cached)
         pass
+
+
+def _peek(pieces: Iterator[bytes], n: int) -> tuple[bytes, Iterator[bytes]]:
+    """The first ``n`` bytes of ``pieces`` (fewer when they end), and all of them again."""
+    seen: list[bytes] = []
+    while sum(map(len, seen)) < n:
+        piece = next(pieces, None)
+        if piece is None:
+            break
+        seen.append(piece)
+    return b"".join(seen)[:n], itertools.chain(seen, pieces)
+
+
+class _PieceStream(io.RawIOBase):
+    """A read-only, unseekable file over pieces of bytes as they arrive (a compressed
+    tar streamed from a remote store)."""
+
+    def __init__(self, pieces: Iterator[bytes]) -> None:
+        self._pieces = pieces
+        self._left = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._left:
+            piece = next(self._pieces, None)
+            if piece is None:
+                return 0
+            self._left = memoryview(piece)
+        n = min(len(buffer), len(self._left))
+        buffer[:n] = self._left[:n]
+        self._left = self._left[n:]
+        return n
 
 
 def _reader(pieces: Iterator[bytes]) -> Callable[[int], bytes]:
@@ -362,10 +422,12 @@ def _reader(pieces: Iterator[bytes]) -> Callable[[int], bytes]:
     return read
 
 
-def _tarfile_members(file: Any, path: str) -> Iterator[tuple[str, bytes]]:
-    """A compressed tar, through :mod:`tarfile` (its length is unknown)."""
+def _tarfile_members(file: Any, path: str, *, stream: bool = False) -> Iterator[tuple[str, bytes]]:
+    """A compressed tar, through :mod:`tarfile` (its length is unknown); ``stream``: read
+    front to back (the file cannot seek)."""
+    mode: Any = "r|*" if stream else "r:*"  # the stubs type the stream modes apart
     try:
-        with tarfile.open(fileobj=file, mode="r:*", tarinfo=checked_tarinfo(path, None)) as tar:
+        with tarfile.open(fileobj=file, mode=mode, tarinfo=checked_tarinfo(path, None)) as tar:
             for member in tar:
                 if not member.isfile():
                     continue
@@ -380,8 +442,6 @@ def _tarfile_members(file: Any, path: str) -> Iterator[tuple[str, bytes]]:
 
 def _zip_members(source: _Archive) -> Iterator[tuple[str, bytes]]:
     if not source.local:
-        import io
-
         from dataio.io.verbs import read
 
         file: Any = io.BytesIO(read(source.uri))  # a zip's directory is at its end
@@ -557,7 +617,7 @@ def _walk_index(source: _Archive) -> _Index:
     key: str | None = None
     try:
         total = source.size()
-        blocks = SeekBlocks(read_at)
+        blocks = SeekBlocks(read_at, total=total)
         for name, offset, _ in walk(blocks, uri, total, data=False):
             sample, field = _split_member(name)
             if not field or field.startswith("__"):
@@ -606,6 +666,7 @@ class ArchiveSource(Source):
         self._indexes: dict[str, _Index] = {}
         self._index_option = index  # a shard index's URI; None: look beside the shards
         self._counted: _Counts | bool | None = None  # the loaded index (False: none)
+        self._sniffed: dict[str, bool] = {}  # whether a .tar shard's bytes are compressed
 
     def iterate(self) -> Iterator[Any]:
         """Read the archives one after the other, grouping members into samples."""
@@ -634,16 +695,21 @@ class ArchiveSource(Source):
                 remote = any(parse(p).scheme != "file" for p in missing)
                 workers = min(32 if remote else 4, len(missing))
                 with ThreadPoolExecutor(workers) as pool:
-                    for path, index in zip(missing, pool.map(_index, missing), strict=True):
-                        self._indexes[path] = index
-            return [self._indexes[p] for p in self.paths]
+                    found = dict(zip(missing, pool.map(_index, missing), strict=True))
+            else:
+                found = {}
+            # a walk that failed (a shard briefly missing, a dropped connection) is this
+            # pass's answer only: the next pass walks that shard again
+            self._indexes.update((p, i) for p, i in found.items() if i.error is None)
+            return [found[p] if p in found else self._indexes[p] for p in self.paths]
 
     def shard_records(
         self, rank: int, world: int, *, pad: bool, start: int = 0
     ) -> Iterator[tuple[int, Any]] | None:
         """Rank ``rank`` of ``world``'s samples, from its ``start``-th on, with their
         positions in the unsharded stream; ``None`` when the archives are not all plain
-        tars (compressed tars and zips are dealt sample by sample, round robin).
+        tars (compressed tars, by name or by their first bytes, and zips are dealt sample
+        by sample, round robin).
 
         The samples of all shards, in order, are cut into ``world`` contiguous runs with
         the counts of a round-robin shard (``pad=True``: ``ceil(n / world)`` each, a rank
@@ -654,9 +720,36 @@ class ArchiveSource(Source):
         read), done once per source; a rank then reads its byte ranges only, and a
         resumed pass starts at its sample's offset.
         """
-        if world == 1 or not all(_plain_tar(p) for p in self.paths):
+        if world == 1 or not all(_plain_tar(p) for p in self.paths) or self._any_compressed():
             return None
         return self._dealt(rank, world, pad, start)
+
+    def _any_compressed(self) -> bool:
+        """Whether a shard named ``.tar`` holds gzip, bzip2 or xz bytes (a pass inflates
+        it; a header walk by offsets cannot), by its first bytes, looked at once."""
+        # looking at a remote shard costs a request, which these save: a shard index
+        # vouches for its shards (its writer walked their headers), and without one the
+        # header walk a dealt pass needs anyway (saved in the cache directory) does
+        remotes = [p for p in self.paths if parse(p).scheme != "file"]
+        vouched: set[str] = set()
+        if remotes:
+            if self._shard_index() is not None:
+                vouched.update(remotes)
+            else:
+                walks = zip(self.paths, self._sample_index(), strict=True)
+                vouched.update(p for p, index in walks if index.error is None)
+        with _INDEXING:
+            missing = [
+                p for p in dict.fromkeys(self.paths) if p not in self._sniffed and p not in vouched
+            ]
+            if missing:
+                remote = any(parse(p).scheme != "file" for p in missing)
+                workers = min(32 if remote else 4, len(missing))
+                with ThreadPoolExecutor(workers) as pool:
+                    for path, found in zip(missing, pool.map(_compressed, missing), strict=True):
+                        if found is not None:  # unreadable now: looked at again next time
+                            self._sniffed[path] = found
+            return any(self._sniffed.get(p, False) for p in self.paths)
 
     def _shard_index(self) -> _Counts | None:
         """The shards' sample counts from a shard index, or ``None`` without one."""
@@ -757,9 +850,13 @@ def _load_counts(paths: list[str], option: str | bool | None) -> _Counts | None:
     first shard when ``option`` is ``None`` (ignored unless it lists every shard)."""
     if option is False or not paths:
         return None
+    by_name = False
     if isinstance(option, str):
         loaded = shardindex.load(option)
-        missing = loaded.missing(paths)
+        # by file name only when no shard is listed where it is: an index copied away
+        # from its shards, not one that lists some of them and not others of that name
+        by_name = all(loaded.lookup(p, by_name=False) is None for p in paths)
+        missing = loaded.missing(paths, by_name=by_name)
         if missing:
             raise PlanError(
                 f"webdataset index {option!r} does not list {len(missing)} of the "
@@ -772,7 +869,9 @@ def _load_counts(paths: list[str], option: str | bool | None) -> _Counts | None:
             loaded = shardindex.load(uri)
         except (NotFoundError, PermissionDeniedError):
             return None
-        missing = loaded.missing(paths)
+        # an index found by its place lists the shards beside it: a shard elsewhere with
+        # the same file name (a/shard.tar, b/shard.tar) is another shard, not a copy
+        missing = loaded.missing(paths, by_name=False)
         if missing:
             log.info(
                 "webdataset: the index %r does not list %d of the %d shards (first %r); "
@@ -783,7 +882,7 @@ def _load_counts(paths: list[str], option: str | bool | None) -> _Counts | None:
                 missing[0],
             )
             return None
-    found = [loaded.lookup(p) for p in paths]
+    found = [loaded.lookup(p, by_name=by_name) for p in paths]
     return _Counts(loaded.uri, [f[0] for f in found if f], [f[1] for f in found if f])
 
 
@@ -857,6 +956,9 @@ def _read_counted(path: str, lo: int, hi: int, counted: _Counts, shard: int) -> 
             seen += 1
             if seen >= hi and not to_end:
                 break
+        if to_end:
+            for _ in pieces:  # past the end-of-archive block: the whole read completes (cached)
+                pass
     except DataioError as exc:
         error = exc  # a corrupt shard: stand-ins for the rest of the run, as without an index
         if source.observed is None and size is not None and not source.local:
@@ -907,11 +1009,14 @@ def _shard_entry(path: str) -> tuple[int, int]:
     total = source.size()
     key: str | None = None
     count = 0
-    for name, _, _ in walk(Blocks(_reader(source.span(0, total)), 0), path, total, data=False):
+    pieces = source.span(0, total)
+    for name, _, _ in walk(Blocks(_reader(pieces), 0), path, total, data=False):
         sample, field = _split_member(name)
         if field and not field.startswith("__") and sample != key:
             count += 1
             key = sample
+    for _ in pieces:  # past the end-of-archive block: the whole read completes (and is cached)
+        pass
     return count, total
 
 

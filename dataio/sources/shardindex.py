@@ -48,29 +48,30 @@ class ShardCounts:
             names.setdefault(posixpath.basename(key[2]), []).append(key)
         self._by_name = {n: keys[0] for n, keys in names.items() if len(keys) == 1}
 
-    def lookup(self, shard: str) -> tuple[int, int | None] | None:
-        """``(nsamples, filesize)`` of ``shard``: by location, else by file name when
-        that name is unique in the index (an index written elsewhere, then copied)."""
+    def lookup(self, shard: str, *, by_name: bool = True) -> tuple[int, int | None] | None:
+        """``(nsamples, filesize)`` of ``shard``: by location, else (``by_name``) by file
+        name when that name is unique in the index (an index written elsewhere, then
+        copied)."""
         loc = parse(shard)
         found = self._entries.get(_key(loc))
-        if found is None:
+        if found is None and by_name:
             key = self._by_name.get(posixpath.basename(loc.key))
             found = None if key is None else self._entries[key]
         return found
 
-    def counts(self, shards: Sequence[str]) -> list[int] | None:
+    def counts(self, shards: Sequence[str], *, by_name: bool = True) -> list[int] | None:
         """Each shard's count, in order; ``None`` when the index misses one."""
         out = []
         for shard in shards:
-            found = self.lookup(shard)
+            found = self.lookup(shard, by_name=by_name)
             if found is None:
                 return None
             out.append(found[0])
         return out
 
-    def missing(self, shards: Sequence[str]) -> list[str]:
+    def missing(self, shards: Sequence[str], *, by_name: bool = True) -> list[str]:
         """The shards the index does not list."""
-        return [s for s in shards if self.lookup(s) is None]
+        return [s for s in shards if self.lookup(s, by_name=by_name) is None]
 
 
 def default_index(first_shard: str) -> str:
