@@ -92,6 +92,12 @@ def require_dali() -> Any:
             "nvidia-dali-cuda120 package (pip install nvidia-dali-cuda120), or run "
             "with the default backend='native'"
         ) from exc
+    if _FORKED_AFTER_USE:
+        raise DeviceError(
+            "backend='dali' cannot run in a process forked after DALI ran in its parent "
+            "(DALI is not fork-safe: a pipeline built there may crash the process); start "
+            "worker processes with the 'spawn' method, or use backend='native' in them"
+        )
     return dali
 
 
@@ -273,14 +279,17 @@ class _Built:
 
 _BUILT: dict[str, _Built] = {}
 _BUILT_LOCK = threading.Lock()
+#: this process was forked after its parent (or an ancestor) built DALI pipelines
+_FORKED_AFTER_USE = False
 
 
 def _forget_after_fork() -> None:
     """A forked child (a DataLoader worker) has none of the parent's DALI threads: its
     pipelines, and locks another thread may have held, must not be reused."""
-    global _BUILT_LOCK
+    global _BUILT_LOCK, _FORKED_AFTER_USE
     import ctypes
 
+    _FORKED_AFTER_USE = _FORKED_AFTER_USE or bool(_BUILT)
     for built in _BUILT.values():
         # leaked on purpose: destroying a pipeline joins threads this child does not
         # have, which crashes it (seen as SIGSEGV in a forked child that never used DALI)
