@@ -737,6 +737,21 @@ def wds_indexed_rows(
         ]
     )
 
+    def measured_row(label: str, delivered: int, counter: Any, times: list[float]) -> list[str]:
+        """A table row of ``rounds`` passes: bytes and requests per pass, median time."""
+        fetched = counter.bytes // rounds
+        rate = fetched / median(times)
+        return [
+            label,
+            f"{delivered}",
+            mib(fetched),
+            f"{fetched / size:.3f}",
+            f"{counter.requests // rounds}",
+            f"{median(times):.2f} s",
+            f"{rate / 1e6:,.0f} MB/s",
+            f"{rate / read_rate:.2f}",
+        ]
+
     def first_epoch(rank: int, of: int, label: str) -> None:
         times: list[float] = []
         with GetCounter() as counter:
@@ -747,20 +762,7 @@ def wds_indexed_rows(
                 loader = pipe.bind(source).run(shard={"id": rank, "of": of})
                 delivered = sum(len(b["cls"]) for b in loader)
                 times.append(time.perf_counter() - started)
-        fetched = counter.bytes // rounds
-        rate = fetched / median(times)
-        rows.append(
-            [
-                label,
-                f"{delivered}",
-                mib(fetched),
-                f"{fetched / size:.3f}",
-                f"{counter.requests // rounds}",
-                f"{median(times):.2f} s",
-                f"{rate / 1e6:,.0f} MB/s",
-                f"{rate / read_rate:.2f}",
-            ]
-        )
+        rows.append(measured_row(label, delivered, counter, times))
 
     for rank in range(world):
         first_epoch(rank, world, f"rank {rank}/{world}, first epoch with index")
@@ -774,20 +776,8 @@ def wds_indexed_rows(
                 assert dealt is not None
                 delivered = sum(1 for _ in dealt)
                 times.append(time.perf_counter() - started)
-        fetched = counter.bytes // rounds
-        rate = fetched / median(times)
-        rows.append(
-            [
-                f"rank {rank}/{world}, its samples read with index (no pipeline)",
-                f"{delivered}",
-                mib(fetched),
-                f"{fetched / size:.3f}",
-                f"{counter.requests // rounds}",
-                f"{median(times):.2f} s",
-                f"{rate / 1e6:,.0f} MB/s",
-                f"{rate / read_rate:.2f}",
-            ]
-        )
+        label = f"rank {rank}/{world}, its samples read with index (no pipeline)"
+        rows.append(measured_row(label, delivered, counter, times))
     for how in ("stream", "walk"):
         archives._SKIP_BY = how
         try:
