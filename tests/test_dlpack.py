@@ -390,6 +390,7 @@ def test_ordering_streams_without_torch_or_cupy_is_a_device_error(
         dataio.dlpack.wait_stream(7, 9, (2, 0))
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (make gpu-check)")
 def test_cuda_side_stream_work_is_visible_to_the_consumer() -> None:
     side = torch.cuda.Stream()
@@ -402,8 +403,10 @@ def test_cuda_side_stream_work_is_visible_to_the_consumer() -> None:
     assert tensor.sum().item() == 1 << 20
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (make gpu-check)")
 def test_to_torch_shares_dali_gpu_outputs_on_their_stream() -> None:
+    pytest.importorskip("nvidia.dali", reason="DALI (nvidia-dali-cuda120) is not installed")
     from nvidia.dali import fn, pipeline_def
 
     values = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)
@@ -421,6 +424,7 @@ def test_to_torch_shares_dali_gpu_outputs_on_their_stream() -> None:
     np.testing.assert_array_equal(tensor.cpu().numpy(), values * 2)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (make gpu-check)")
 def test_run_torch_on_cuda_keeps_device_columns(tiny_images: list[bytes]) -> None:
     (batch, _) = list(image_pipe().bind(image_records(tiny_images)).run())

@@ -87,7 +87,11 @@ class FakeKvikio(types.ModuleType):
             def close(self) -> None:
                 os.close(self.fd)
 
-        self.defaults = Defaults()
+        # as in kvikio: ``defaults`` is a submodule that ``import kvikio`` does not load,
+        # so it is no attribute here; install() puts it in sys.modules as "kvikio.defaults"
+        self.defaults_module = types.ModuleType("kvikio.defaults")
+        self.defaults_module.is_compat_mode_preferred = Defaults.is_compat_mode_preferred  # type: ignore[attr-defined]
+        self.defaults_module.set = Defaults.set  # type: ignore[attr-defined]
         self.CuFile = CuFile
 
     def memory_register(self, buf: Any) -> None:
@@ -100,6 +104,8 @@ class FakeKvikio(types.ModuleType):
 def install(monkeypatch: pytest.MonkeyPatch, kvikio: Any, *, gds_ready: bool) -> None:
     """Put ``kvikio`` (a fake, or None: not installed) in place, and a GDS probe result."""
     monkeypatch.setitem(sys.modules, "kvikio", kvikio)
+    defaults = None if kvikio is None else kvikio.defaults_module
+    monkeypatch.setitem(sys.modules, "kvikio.defaults", defaults)
     why = "" if gds_ready else "no libcufile.so.0 / libcufile.so on the loader path (test)"
     probe = {"available": gds_ready, "cufile": None, "cuda_devices": 1, "why": why}
     monkeypatch.setattr(gds, "gds_info", lambda: probe)
@@ -461,16 +467,25 @@ def test_the_dali_backend_keeps_its_own_normalize(monkeypatch: pytest.MonkeyPatc
 # -- on a GPU (make gpu-check) ------------------------------------------------------------
 
 
+def offered(route: str) -> None:
+    """Skip, saying why, where this GPU host cannot take ``route`` (kvikio, nvidia-fs)."""
+    try:
+        gds.choose_route(route)  # type: ignore[arg-type]
+    except DeviceError as exc:
+        pytest.skip(f"route {route!r} is not offered on this GPU host: {exc}")
+
+
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("route", ["auto", "pinned"])
+@pytest.mark.parametrize("route", ["gds", "compat", "pinned"])
 def test_gpu_reads_match_the_safetensors_package(tmp_path: Path, route: str) -> None:
+    offered(route)
     path, _ = checkpoint(tmp_path)
     with dataio.open_safetensors(path) as st:
         found = [(name, *st._entry(name)) for name in st]
         items = [(n, o.path, o.tensor(e), e.start) for n, o, e in found]
         got = gds.read_to_device(items, torch.device("cuda", 0), mode=route)  # type: ignore[arg-type]
-    assert all(t.device.type == "cuda" for t in got.values())
+    assert all(t.device == torch.device("cuda", 0) for t in got.values())
     assert_same({k: v.cpu() for k, v in got.items()}, path)
     whole = dataio.read_safetensors(path, framework="torch", device="cuda:0")
     assert_same({k: v.cpu() for k, v in whole.items()}, path)
@@ -478,17 +493,20 @@ def test_gpu_reads_match_the_safetensors_package(tmp_path: Path, route: str) -> 
 
 @pytest.mark.gpu
 @needs_cuda
-def test_gpu_low_level_reads_and_registration(tmp_path: Path) -> None:
+@pytest.mark.parametrize("route", ["gds", "compat", "pinned"])
+def test_gpu_low_level_reads_and_registration(tmp_path: Path, route: str) -> None:
+    offered(route)
     path = tmp_path / "raw.bin"
     payload = np.random.default_rng(1).integers(0, 256, 3 << 20, dtype=np.uint8)
     path.write_bytes(payload.tobytes())
     dest = torch.empty(1 << 20, dtype=torch.uint8, device="cuda:0")
-    with dataio.gds_open(path, device="cuda:0") as f:
-        assert f.route in gds.ROUTES
-        if dataio.gds_info()["kvikio"] is not None:
-            with dataio.gds_register_buffer(dest):
-                assert dataio.gds_read_into_tensor(f, dest, offset=1 << 20) == 1 << 20
-        else:
+    with dataio.gds_open(path, device="cuda:0", mode=route) as f:  # type: ignore[arg-type]
+        assert f.route == route
+        with dataio.gds_register_buffer(dest) if route != "pinned" else contextlib.nullcontext():
+            # work queued on torch's stream before the read (a long kernel, then a fill)
+            # must land before it: kvikio writes from its own stream, so dataio waits
+            torch.cuda._sleep(50_000_000)
+            dest.fill_(7)
             assert dataio.gds_read_into_tensor(f, dest, offset=1 << 20) == 1 << 20
     assert np.array_equal(dest.cpu().numpy(), payload[1 << 20 : 2 << 20])
 

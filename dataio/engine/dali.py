@@ -210,6 +210,14 @@ def lower_dali(plan: Pipeline, *, device: str | None = None) -> tuple[SlotKernel
 
 def _build(chain: DaliChain, capacity: int) -> Any:
     """Build the chain's DALI pipeline for batches of up to ``capacity`` rows."""
+    built = _define(chain, capacity)
+    built.build()
+    return built
+
+
+def _define(chain: DaliChain, capacity: int) -> Any:
+    """The chain's DALI pipeline, defined (DALI checks each operator's arguments against
+    its schema here) but not built (which needs the GPU of a ``device_id``)."""
     dali = require_dali()
     fn, types = dali.fn, dali.types
     spec = chain.spec
@@ -223,11 +231,15 @@ def _build(chain: DaliChain, capacity: int) -> Any:
     )
     def pipe() -> Any:
         data = fn.external_source(name="data", dtype=types.UINT8, ndim=1)
+        # nvJPEG's own chroma upsampling differs from libjpeg-turbo's "fancy" one (the
+        # CPU backend's and the native kernels'): ask the mixed decoder for the same
+        gpu_only = {"jpeg_fancy_upsampling": True} if gpu else {}
         images = fn.decoders.image(
             data,
             device="mixed" if gpu else "cpu",
             output_type=getattr(types, MODES[spec.mode]),
             adjust_orientation=False,  # the native kernels ignore EXIF orientation too
+            **gpu_only,
         )
         if spec.steps:
             roi_start = fn.external_source(name="roi_start", dtype=types.FLOAT, ndim=1)
@@ -262,9 +274,7 @@ def _build(chain: DaliChain, capacity: int) -> Any:
             images = fn.cast(images, dtype=getattr(types, DTYPES[chain.dtype]))
         return images
 
-    built = pipe()
-    built.build()
-    return built
+    return pipe()
 
 
 @dataclass

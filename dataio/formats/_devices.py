@@ -17,6 +17,7 @@ __all__ = [
     "cuda_why",
     "gds_available",
     "gds_info",
+    "load_kvikio",
     "to_device",
 ]
 
@@ -123,37 +124,80 @@ def gds_info() -> dict[str, Any]:
     return info
 
 
-def _kvikio_version() -> str | None:
+def load_kvikio() -> tuple[Any, Any, str]:
+    """``(kvikio, kvikio.defaults, "")``, or ``(None, None, why)`` where it cannot be used.
+
+    ``import kvikio`` leaves its ``defaults`` submodule out, so it is imported by name.
+    Besides an ``ImportError`` (not installed), kvikio's own libraries can fail to load
+    (``libkvikio.so``, or ``libcufile.so.0`` which it finds through ``cuda.pathfinder``:
+    a ``RuntimeError``/``OSError`` at import); either is reported, never raised.
+    """
+    import importlib
+
     try:
-        import kvikio
-    except ImportError:
+        kvikio = importlib.import_module("kvikio")
+        defaults = importlib.import_module("kvikio.defaults")
+    except ImportError as exc:
+        return None, None, f"kvikio is not installed ({exc}); pip install 'dataio[gds]'"
+    except (OSError, RuntimeError) as exc:
+        return (
+            None,
+            None,
+            (
+                f"kvikio is installed but does not load ({type(exc).__name__}: {exc}); "
+                "install the kvikio wheel of this host's CUDA major (kvikio-cu12 or kvikio-cu13) "
+                "with its libkvikio and nvidia-cufile wheels"
+            ),
+        )
+    return kvikio, defaults, ""
+
+
+def _kvikio_version() -> str | None:
+    kvikio, _, _ = load_kvikio()
+    if kvikio is None:
         return None
     return str(getattr(kvikio, "__version__", "unknown"))
 
 
 def _route(info: dict[str, Any]) -> tuple[str, str]:
     """The route of dataio.formats.gds.choose_route("auto"), from this probe."""
-    if info["kvikio"] is None:
-        return "pinned", "kvikio is not installed; pip install 'dataio[gds]'"
+    kvikio, defaults, why = load_kvikio()
+    if kvikio is None:
+        return "pinned", why
     if not info["available"]:
         return "compat", f"gds: {info['why']}"
     try:
-        import kvikio
-
-        if compat_preferred(kvikio):
+        if compat_preferred(defaults):
             return "compat", "kvikio is set to its compatibility mode (KVIKIO_COMPAT_MODE)"
     except Exception as exc:  # a probe must never break the caller
         return "compat", f"kvikio probe failed: {type(exc).__name__}: {exc}"
     return "gds", ""
 
 
-def compat_preferred(kvikio: Any) -> bool:
+def compat_preferred(defaults: Any) -> bool:
     """Whether kvikio would read in its POSIX compatibility mode (its AUTO decided, or
-    ``KVIKIO_COMPAT_MODE=ON``)."""
-    defaults = kvikio.defaults
+    ``KVIKIO_COMPAT_MODE=ON``); ``defaults`` is the ``kvikio.defaults`` module."""
     if hasattr(defaults, "is_compat_mode_preferred"):
         return bool(defaults.is_compat_mode_preferred())
     return bool(defaults.compat_mode())  # kvikio < 25.04: a CompatMode or a bool
+
+
+def _nvfs_loaded() -> tuple[bool, str] | None:
+    """kvikio's answer to whether the GDS kernel driver (nvidia-fs) is loaded, or
+    ``None`` where kvikio cannot say. Only asked with a CUDA driver present: kvikio
+    reads the nvfs version through cuFile's driver properties (0.0: not loaded)."""
+    kvikio, _, _ = load_kvikio()
+    if kvikio is None:
+        return None
+    try:
+        import importlib
+
+        driver = importlib.import_module("kvikio.cufile_driver")
+        loaded = bool(driver.get("is_gds_available"))
+    except Exception:  # an older kvikio, or cuFile refused: keep dataio's own probe
+        return None
+    why = "" if loaded else "the nvidia-fs driver is not loaded (kvikio reads its version as 0.0)"
+    return loaded, why
 
 
 def _probe_cufile(info: dict[str, Any]) -> dict[str, Any]:
@@ -168,13 +212,19 @@ def _probe_cufile(info: dict[str, Any]) -> dict[str, Any]:
             info["why"] = str(cuda.get("why", "no CUDA device"))
             return info
         cufile = _library(("libcufile.so.0", "libcufile.so"))
-        if not cufile["found"]:
+        if cufile["found"]:
+            info["cufile"] = cufile["library"]
+            status = _cufile_driver_status(cufile["library"])
+            info["available"] = status == 0
+            info["why"] = "" if status == 0 else f"cuFileDriverOpen failed (error {status})"
+        else:
             info["why"] = str(cufile["why"])
-            return info
-        info["cufile"] = cufile["library"]
-        status = _cufile_driver_status(cufile["library"])
-        info["available"] = status == 0
-        info["why"] = "" if status == 0 else f"cuFileDriverOpen failed (error {status})"
+        # kvikio loads its own libcufile (a pip wheel's, off the loader path) and can tell
+        # whether nvidia-fs is loaded: cuFileDriverOpen alone succeeds without it, in
+        # cuFile's own compatibility mode, where no storage DMA reaches the GPU
+        nvfs = _nvfs_loaded()
+        if nvfs is not None:
+            info["available"], info["why"] = nvfs
     except Exception as exc:  # a probe must never break the caller
         info["why"] = f"probe failed: {type(exc).__name__}: {exc}"
     return info

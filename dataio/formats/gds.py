@@ -46,13 +46,10 @@ ROUTES: tuple[Route, ...] = ("gds", "compat", "pinned")
 INSTALL = "pip install 'dataio[gds]'"
 
 
-def _kvikio() -> tuple[Any, str]:
-    """kvikio, or ``None`` and why it cannot be used."""
-    try:
-        import kvikio
-    except ImportError as exc:  # also a kvikio built against a CUDA this host lacks
-        return None, f"kvikio is not installed ({exc}); {INSTALL}"
-    return kvikio, ""
+def _kvikio() -> tuple[Any, Any, str]:
+    """kvikio and its ``defaults`` module, or ``None``s and why kvikio cannot be used
+    (not installed, or its libraries do not load: see :func:`_devices.load_kvikio`)."""
+    return _devices.load_kvikio()
 
 
 def choose_route(mode: Mode = "auto") -> tuple[Route, str]:
@@ -69,13 +66,13 @@ def choose_route(mode: Mode = "auto") -> tuple[Route, str]:
         raise PlanError(f"mode must be 'auto', 'gds', 'compat' or 'pinned', got {mode!r}")
     if mode == "pinned":
         return "pinned", ""
-    kvikio, no_kvikio = _kvikio()
+    kvikio, defaults, no_kvikio = _kvikio()
     if kvikio is None:
         if mode == "auto":
             return "pinned", no_kvikio
         raise DeviceError(f"mode={mode!r} reads through kvikio, which is missing: {no_kvikio}")
     info = gds_info()
-    if info["available"] and not compat_preferred(kvikio):
+    if info["available"] and not compat_preferred(defaults):
         return ("gds" if mode == "auto" else mode), ""
     why = f"gds: {info['why']}" if not info["available"] else (
         "kvikio is set to its compatibility mode (KVIKIO_COMPAT_MODE)"
@@ -89,17 +86,18 @@ def choose_route(mode: Mode = "auto") -> tuple[Route, str]:
 
 
 @contextlib.contextmanager
-def _compat(kvikio: Any, on: bool) -> Iterator[None]:
-    """kvikio's compatibility mode switched on while a ``"compat"`` file opens."""
+def _compat(kvikio: Any, defaults: Any, on: bool) -> Iterator[None]:
+    """kvikio's compatibility mode switched on while a ``"compat"`` file opens (a file
+    handle keeps the mode it was opened with)."""
     if not on:
         yield
         return
-    setter = getattr(kvikio.defaults, "set", None)
-    if setter is not None:  # kvikio >= 25.04
+    setter = getattr(defaults, "set", None)
+    if setter is not None:  # kvikio >= 25.04 (set_compat_mode is deprecated there)
         with setter("compat_mode", kvikio.CompatMode.ON):
             yield
     else:
-        with kvikio.defaults.set_compat_mode(kvikio.CompatMode.ON):
+        with defaults.set_compat_mode(kvikio.CompatMode.ON):
             yield
 
 
@@ -131,12 +129,12 @@ class GdsFile(Closing):
         self._staging: list[Any] = []
         self._ready: list[Any] = []
         if route != "pinned":
-            kvikio, no_kvikio = _kvikio()
+            kvikio, defaults, no_kvikio = _kvikio()
             if kvikio is None:
                 self._file.close()
                 raise DeviceError(f"route {route!r} reads through kvikio: {no_kvikio}")
             try:
-                with _compat(kvikio, route == "compat"):
+                with _compat(kvikio, defaults, route == "compat"):
                     self._cufile = kvikio.CuFile(path, "r")
             except (RuntimeError, OSError) as exc:
                 self._file.close()
@@ -179,6 +177,13 @@ class GdsFile(Closing):
         return self._read_bounced(dest, offset, n)
 
     def _read_kvikio(self, dest: Any, offset: int, n: int) -> int:
+        if dest.device.type == "cuda":
+            # kvikio writes from its own threads and stream (or cuFile's DMA), unordered
+            # with torch's: work torch has queued on the tensor (a zero_(), the kernels of
+            # the memory's previous owner) must finish first, or it lands after the read
+            import torch
+
+            torch.cuda.current_stream(dest.device).synchronize()
         try:
             done = int(self._cufile.pread(dest, n, offset).get())
         except (RuntimeError, OSError) as exc:
@@ -319,7 +324,7 @@ def gds_register_buffer(tensor: Any) -> GdsBuffer:
             "registers device memory"
         )
     _byte_view(tensor, "gds_register_buffer")
-    kvikio, no_kvikio = _kvikio()
+    kvikio, _, no_kvikio = _kvikio()
     if kvikio is None:
         raise DeviceError(f"gds_register_buffer needs kvikio, which is missing: {no_kvikio}")
     route, _ = choose_route("auto")

@@ -327,14 +327,18 @@ def test_dataio_works_without_dali() -> None:
     not cuda()["found"], reason=f"needs an NVIDIA GPU: {cuda().get('why', 'none found')}"
 )
 def test_gpu_pipeline_matches_cpu(records: list[dict[str, Any]]) -> None:
-    """nvJPEG (``device="mixed"``) and GPU resize give the CPU backend's pixels."""
+    """nvJPEG (``device="mixed"``, with libjpeg-turbo's fancy chroma upsampling) and GPU
+    resize give the CPU backend's pixels (which are within 40 dB of the native kernels')."""
+    pytest.importorskip("nvidia.dali", reason="DALI (nvidia-dali-cuda120) is not installed")
     pipe = plan(imagenet(64, 56))
     cpu = collect(pipe, records, backend="dali")
     gpu = collect(pipe, records, output="torch", backend="dali", device="cuda:0")
+    assert len(gpu) == len(cpu) > 0
     for got, want in zip(gpu, cpu, strict=True):
         assert got.row_keys == want.row_keys
+        assert got["image"].device.type == "cuda" and got["image"].dtype.is_floating_point
         for a, b in zip(got["image"].cpu().numpy(), want["image"], strict=True):
-            assert psnr(pixels(a), pixels(b)) >= 40.0
+            assert psnr(pixels(a), pixels(b)) >= 40.0, psnr(pixels(a), pixels(b))
 
 
 def test_dali_is_refused_in_a_process_forked_after_it_ran(
