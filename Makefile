@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: demo test lint typecheck unit ray-tests bench asan fuzz clean system-deps tools gpu-check
+.PHONY: demo test lint typecheck unit ray-tests bench asan fuzz clean system-deps tools gpu-check gpu-wheels
 
 # Azurite (the Azure Blob emulator) for the az:// tests, from npm into a git-ignored
 # folder. 3.36+ needs node >= 21; Debian's node is 20.
@@ -80,18 +80,36 @@ test: system-deps tools lint typecheck unit ray-tests
 bench: $(VENV)/.test
 	$(PY) benchmarks/image_pipeline.py
 
-# On a host with a CUDA GPU: the GPU tests (pytest -m gpu; elsewhere they skip, saying
-# why) and benchmarks/gpu.py's one table (nvJPEG via DALI vs dataio's CPU kernels vs
-# DataLoader; GDS vs kvikio compat vs pinned vs plain reads of a 2 GiB safetensors file),
-# in under 8 minutes. kvikio (the gds extra, CUDA 12) is tried first; without it the GDS
-# rows say why. Without a GPU the benchmark says it needs one and exits 0.
-$(VENV)/.gds: $(VENV)/.test
-	$(PIP) install --quiet -e '.[gds]' || echo "gpu-check: kvikio did not install; GDS rows will say why"
-	touch $@
+# On a host with an NVIDIA GPU, in under 8 minutes: benchmarks/gpu_check.py sets up
+# .venv-gpu (torch's CUDA build: GPU_PYTHON's when it has one, else from PyPI, saying so;
+# whatever else is missing from GPU_WHEELS, else PyPI: simplejpeg, DALI, kvikio), builds
+# the C extensions, runs pytest -m gpu over the GPU test files and benchmarks/gpu.py
+# (nvJPEG via DALI vs dataio's CPU kernels vs DataLoader; GDS vs kvikio compat vs pinned
+# vs plain reads of a 2 GiB safetensors file) and prints one table. GPU_CHECK_OUT=DIR
+# copies the logs, junit.xml and the table there. It does not use .venv: make test's
+# extras install torch from whatever index pip is given, a CPU-only build included.
+GPU_PYTHON ?= python3
+GPU_WHEELS ?=
+GPU_CHECK_OUT ?=
+gpu-check:
+	$(GPU_PYTHON) benchmarks/gpu_check.py --python $(GPU_PYTHON) $(if $(GPU_WHEELS),--wheels $(GPU_WHEELS)) $(if $(GPU_CHECK_OUT),--out $(GPU_CHECK_OUT))
 
-gpu-check: $(VENV)/.gds
-	timeout 180 $(PY) -m pytest -m gpu -rs -p no:cacheprovider
-	timeout 300 $(PY) benchmarks/gpu.py
+# For a GPU host without a network (make gpu-check GPU_WHEELS=.whl): the wheels a CUDA
+# image holding torch, CuPy, pyarrow, Pillow, safetensors and pytest lacks, for its Python
+# (GPU_WHEEL_PY) and torch's CUDA major (GPU_WHEEL_CUDA), downloaded here (about 4 MiB).
+# DALI's wheel (~0.5 GB) is left out: where it is absent its GPU tests skip, saying so.
+GPU_WHEEL_PY ?= 3.12
+GPU_WHEEL_CUDA ?= 13
+GPU_WHEEL_PACKAGES ?= simplejpeg kvikio-cu$(GPU_WHEEL_CUDA) libkvikio-cu$(GPU_WHEEL_CUDA) \
+	rapids-logger==0.3.* cuda-pathfinder
+GPU_WHEEL_PLATFORMS := manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 \
+	manylinux_2_17_x86_64 manylinux2014_x86_64
+gpu-wheels:
+	mkdir -p .whl
+	python3 -m pip download -q --no-deps --only-binary=:all: --python-version $(GPU_WHEEL_PY) \
+		--implementation cp $(foreach p,$(GPU_WHEEL_PLATFORMS),--platform $(p)) -d .whl \
+		$(GPU_WHEEL_PACKAGES)
+	du -sh .whl
 
 # A mutation campaign over every parser (not part of `make test`): FUZZ_MINUTES (default
 # 30), FUZZ_TARGETS (comma-separated, default all), FUZZ_SEED, FUZZ_JOBS. Bad inputs land
@@ -136,4 +154,4 @@ asan: $(VENV)/.test
 	fi
 
 clean:
-	rm -rf $(VENV) .demo-data .bench-data $(TOOLS)
+	rm -rf $(VENV) .demo-data .bench-data $(TOOLS) .venv-gpu .gpu-check .whl

@@ -34,6 +34,7 @@ backend, and the reads with the host as the target), which the test suite exerci
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -49,7 +50,9 @@ from image_pipeline import BATCH, PREFETCH, dataio_pipeline, dataset, make_datal
 import dataio
 from dataio.formats import gds
 
-PACKAGES = ("numpy", "torch", "nvidia-dali-cuda120", "kvikio-cu12", "pillow", "simplejpeg")
+PACKAGES = (
+    "numpy", "torch", "nvidia-dali-cuda120", "kvikio-cu12", "kvikio-cu13", "pillow", "simplejpeg"
+)  # fmt: skip
 HEADERS = ("row", "rate", "unit", "output / why not")
 
 
@@ -219,6 +222,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--checkpoint-gib", type=float, default=2.0)
     parser.add_argument("--quick", action="store_true", help="CPU rows only, small sizes")
+    parser.add_argument("--json", type=Path, help="also write the rows here (make gpu-check)")
     return parser.parse_args(argv)
 
 
@@ -254,6 +258,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"{len(paths)} JPEGs, batches of {BATCH} (prefetch {PREFETCH}); checkpoint "
           f"{path.stat().st_size / 2**30:.2f} GiB, {args.rounds} round(s); medians")  # fmt: skip
     print(format_table(HEADERS, rows))
+    if args.json is not None:
+        args.json.write_text(json.dumps({"headers": HEADERS, "rows": rows}, indent=1))
     if args.quick:
         print(f"GPU rows: not run ({why or 'quick mode'})")
     print(f"took {time.perf_counter() - start:.0f} s", flush=True)
