@@ -5,8 +5,8 @@ A read to a GPU takes the first route this host offers (:func:`choose_route`):
 1. ``"gds"``: kvikio over cuFile with the GDS driver: the storage DMA lands in device
    memory, the host's page cache and memory bus untouched;
 2. ``"compat"``: kvikio in its POSIX compatibility mode (no GDS driver, an unsupported
-   filesystem): kvikio reads into its own pinned bounce buffers on several threads and
-   copies them to the device;
+   filesystem): kvikio reads into its own pinned bounce buffers (on ``KVIKIO_NTHREADS``
+   threads, 1 unless set) and copies them to the device;
 3. ``"pinned"``: without kvikio, dataio reads into two alternating pinned buffers and
    copies each to the device while the next one is read.
 
