@@ -216,6 +216,12 @@ def _offered(route: str) -> bool:
 # -- main ----------------------------------------------------------------------------------
 
 
+def save(path: Path | None, rows: list[tuple[str, ...]]) -> None:
+    """The rows as JSON for ``make gpu-check``'s table (``--json``)."""
+    if path is not None:
+        path.write_text(json.dumps({"headers": HEADERS, "rows": rows}, indent=1))
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=2048)
@@ -251,6 +257,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     start = time.perf_counter()
     paths = dataset("imagenet-like", args.images)
     rows = image_rows(paths, device, args.rounds, workers)
+    save(args.json, rows)  # what is measured so far, should a time limit stop the rest
     path = checkpoint(int(args.checkpoint_gib * 2**30))
     print(check_reads(path, target), flush=True)
     rows += read_rows(path, target, args.rounds)
@@ -258,8 +265,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"{len(paths)} JPEGs, batches of {BATCH} (prefetch {PREFETCH}); checkpoint "
           f"{path.stat().st_size / 2**30:.2f} GiB, {args.rounds} round(s); medians")  # fmt: skip
     print(format_table(HEADERS, rows))
-    if args.json is not None:
-        args.json.write_text(json.dumps({"headers": HEADERS, "rows": rows}, indent=1))
+    save(args.json, rows)
     if args.quick:
         print(f"GPU rows: not run ({why or 'quick mode'})")
     print(f"took {time.perf_counter() - start:.0f} s", flush=True)
