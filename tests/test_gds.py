@@ -274,6 +274,65 @@ def test_register_buffer_registers_only_where_cufile_reads(monkeypatch: pytest.M
     assert fake.registered == [tensor]
 
 
+def test_a_kvikio_read_waits_for_torchs_stream_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kvikio writes from its own threads and stream: work torch queued on the tensor (a
+    fill, the memory's previous owner) must be done before the read, not after it."""
+    fake = FakeKvikio()
+    install(monkeypatch, fake, gds_ready=False)
+    path = tmp_path / "raw.bin"
+    path.write_bytes(bytes(range(256)))
+    events: list[str] = []
+
+    class Stream:
+        def synchronize(self) -> None:
+            events.append("synchronize")
+
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
+    real_pread = fake.CuFile.pread
+
+    def pread(self: Any, buf: Any, size: int, file_offset: int) -> Any:
+        events.append("pread")
+        return real_pread(self, buf._tensor, size, file_offset)
+
+    monkeypatch.setattr(fake.CuFile, "pread", pread)
+    opened = gds.GdsFile(str(path), torch.device("cuda", 0), "compat")
+    dest = CudaLooking(torch.zeros(16, dtype=torch.uint8))
+    try:
+        assert opened._read_kvikio(dest, 8, 16) == 16
+    finally:
+        opened.close()
+    assert events == ["synchronize", "pread"]
+    assert bytes(dest._tensor.tolist()) == bytes(range(8, 24))
+
+
+def test_a_kvikio_that_does_not_load_is_reported_not_raised(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kvikio's import loads libkvikio and libcufile; a missing library is a RuntimeError
+    there (cuda.pathfinder's DynamicLibNotFoundError), not an ImportError."""
+
+    class Unloadable:
+        @staticmethod
+        def find_spec(name: str, path: Any = None, target: Any = None) -> None:
+            if name == "kvikio":
+                raise RuntimeError('Failure finding "libcufile.so.0": No such file')
+
+    monkeypatch.delitem(sys.modules, "kvikio", raising=False)
+    monkeypatch.delitem(sys.modules, "kvikio.defaults", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [Unloadable(), *sys.meta_path])
+    kvikio, defaults, why = _devices.load_kvikio()
+    assert kvikio is None and defaults is None
+    assert "does not load" in why and "libcufile.so.0" in why
+    probe = {"available": True, "cufile": None, "cuda_devices": 1, "why": ""}
+    monkeypatch.setattr(gds, "gds_info", lambda: probe)
+    assert gds.choose_route("auto") == ("pinned", why)
+    with pytest.raises(DeviceError, match=r"mode='compat'.*does not load"):
+        gds.choose_route("compat")
+    assert _devices._route(probe) == ("pinned", why)
+
+
 # -- the pinned route, run on the CPU ------------------------------------------------------
 
 
