@@ -206,11 +206,18 @@ def cufile_dirs(site: list[str]) -> list[str]:
 
 
 def build(python: str) -> tuple[bool, str]:
+    """dataio's C extensions for ``python``, checked by importing the two it needs (an
+    older setuptools than pyproject's 74.1 would build none and say nothing)."""
     done = subprocess.run(
         [python, "-c", "from setuptools import setup; setup()", "build_ext", "--inplace", "-q"],
         cwd=ROOT, capture_output=True, text=True, timeout=LIMITS["setup"], env=ENV,
     )  # fmt: skip
-    return done.returncode == 0, (done.stdout + done.stderr).strip()[-600:]
+    if done.returncode != 0:
+        return False, (done.stdout + done.stderr).strip()[-600:]
+    check = "import dataio.udfs._resample, dataio.io._bytes"
+    done = subprocess.run([python, "-c", check], capture_output=True, text=True, cwd=ROOT,
+                          env={**ENV, "PYTHONPATH": str(ROOT)}, timeout=60)  # fmt: skip
+    return done.returncode == 0, done.stderr.strip()[-600:]
 
 
 def rdma_ready(python: str) -> tuple[bool, str]:
