@@ -102,15 +102,29 @@ def probe(python: str, modules: list[str]) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def pip(python: str, *args: str, timeout: float = 600) -> tuple[bool, str]:
-    done = subprocess.run(
-        [python, "-m", "pip", "--disable-pip-version-check", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=ENV,
-    )
+def pip(python: str, *args: str, timeout: float | None = None) -> tuple[bool, str]:
+    """One pip command under the setup limit: ``(succeeded, the end of its output)``."""
+    limit = timeout or LIMITS["setup"]
+    try:
+        done = subprocess.run(
+            [python, "-m", "pip", "--disable-pip-version-check", *args],
+            capture_output=True,
+            text=True,
+            timeout=limit,
+            env=ENV,
+        )
+    except subprocess.TimeoutExpired:
+        return False, f"pip {' '.join(args[:3])} ... did not finish in {limit:.0f} s"
     return done.returncode == 0, (done.stdout + done.stderr).strip()[-600:]
+
+
+def torch_requirement() -> str:
+    """The torch the test extras pin (PyPI's Linux wheels of it are CUDA builds)."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    found = [r for r in extras["optional-dependencies"]["test"] if r.startswith("torch")]
+    return found[0] if found else "torch"
 
 
 def make_venv(base: dict, *, share: bool) -> str:
@@ -148,8 +162,9 @@ def choose_python(requested: str | None) -> tuple[str, list[tuple[str, str]]]:
         return str(existing), notes
     log(f"{why}: installing torch's CUDA build from PyPI into .venv-gpu")
     python = make_venv(base, share=False)
-    ok, out = pip(python, "--isolated", "install", "-q", "--index-url", "https://pypi.org/simple",
-                  "torch", timeout=LIMITS["setup"])  # fmt: skip
+    pypi = ["--isolated", "install", "-q", "--index-url", "https://pypi.org/simple"]
+    # about 3 GB with CUDA's wheels: twice the time of another pip call
+    ok, out = pip(python, *pypi, torch_requirement(), timeout=2 * LIMITS["setup"])
     if not ok:
         raise SystemExit(f"gpu-check: {why}, and torch's CUDA build did not install: {out}")
     found = probe(python, [])
