@@ -61,7 +61,8 @@ def unmarked_gpu_tests(path: Path) -> list[str]:
         marked = module_marked or any(_is_gpu_mark(d) for d in node.decorator_list)
         gated = any(_needs_gpu(d, aliases) for d in node.decorator_list) or _skips_in_body(node)
         if gated and not marked:
-            found.append(f"{path.relative_to(TESTS.parent)}::{node.name}")
+            where = path.relative_to(TESTS.parent) if path.is_relative_to(TESTS) else path.name
+            found.append(f"{where}::{node.name}")
     return found
 
 
@@ -71,7 +72,7 @@ def test_every_gpu_gated_test_is_marked_gpu() -> None:
 
 
 def test_the_check_sees_an_unmarked_cuda_test(tmp_path: Path) -> None:
-    bad = TESTS / "_unmarked_probe_tmp.py"
+    bad = tmp_path / "test_unmarked.py"
     source = (
         "import pytest, torch\n"
         "needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason='no CUDA')\n"
@@ -83,9 +84,4 @@ def test_the_check_sees_an_unmarked_cuda_test(tmp_path: Path) -> None:
         "@pytest.mark.gpu\n@needs_cuda\ndef test_d(): pass\n"
     )
     bad.write_text(source)
-    try:
-        assert [n.rsplit("::", 1)[1] for n in unmarked_gpu_tests(bad)] == [
-            "test_a", "test_b", "test_c"
-        ]  # fmt: skip
-    finally:
-        bad.unlink()
+    assert [n.rsplit("::", 1)[1] for n in unmarked_gpu_tests(bad)] == ["test_a", "test_b", "test_c"]
