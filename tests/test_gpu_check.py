@@ -110,3 +110,32 @@ def test_without_a_gpu_it_stops_after_setup_and_says_why(
     table = capsys.readouterr().out.rsplit("part ", 1)[1]
     assert "torch.cuda" in table and "no GPU" in table
     assert not (tmp_path / "work" / "junit.xml").exists()  # no tests ran
+
+
+def test_a_venv_made_from_a_cuda_python_sees_its_packages(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A GPU image's torch lives in a venv: a venv made from it sees only the base
+    interpreter's packages, so gpu-check links the image's site-packages in a .pth."""
+    check = load()
+    monkeypatch.setattr(check, "VENV", tmp_path / "venv")
+    base = check.probe(sys.executable, [])
+    python = check.make_venv(base, share=True)
+    seen = check.probe(python, ["ml_dtypes", "torch", "no_such_module_here"])
+    assert seen["torch"] == base["torch"] and seen["missing"] == ["no_such_module_here"]
+    assert set(base["site"]) <= set(seen["site"])
+    python = check.make_venv(base, share=False)  # a CPU-only torch: the venv stands alone
+    assert check.probe(python, ["ml_dtypes"])["missing"] == ["ml_dtypes"]  # a test extra
+
+
+def test_a_wheels_libcufile_goes_on_the_loader_path(tmp_path: Path) -> None:
+    """kvikio's cuda.pathfinder searches only the running venv's site-packages."""
+    check = load()
+    cu12 = tmp_path / "base" / "nvidia" / "cufile" / "lib"
+    cu13 = tmp_path / "venv" / "nvidia" / "cu13" / "lib"
+    for folder in (cu12, cu13):
+        folder.mkdir(parents=True)
+        (folder / "libcufile.so.0").write_bytes(b"")
+    (tmp_path / "other" / "nvidia" / "cublas" / "lib").mkdir(parents=True)
+    site = [str(tmp_path / name) for name in ("venv", "base", "other")]
+    assert check.cufile_dirs(site) == [str(cu13), str(cu12)]
