@@ -140,15 +140,12 @@ def load_kvikio() -> tuple[Any, Any, str]:
     except ImportError as exc:
         return None, None, f"kvikio is not installed ({exc}); pip install 'dataio[gds]'"
     except (OSError, RuntimeError) as exc:
-        return (
-            None,
-            None,
-            (
-                f"kvikio is installed but does not load ({type(exc).__name__}: {exc}); "
-                "install the kvikio wheel of this host's CUDA major (kvikio-cu12 or kvikio-cu13) "
-                "with its libkvikio and nvidia-cufile wheels"
-            ),
+        why = (
+            f"kvikio is installed but does not load ({type(exc).__name__}: {exc}); install "
+            "the kvikio wheel of this host's CUDA major (kvikio-cu12 or kvikio-cu13) with "
+            "its libkvikio and nvidia-cufile wheels"
         )
+        return None, None, why
     return kvikio, defaults, ""
 
 

@@ -43,7 +43,6 @@ Route = Literal["gds", "compat", "pinned"]
 Mode = Literal["auto", "gds", "compat", "pinned"]
 #: the routes in the order a read prefers them
 ROUTES: tuple[Route, ...] = ("gds", "compat", "pinned")
-INSTALL = "pip install 'dataio[gds]'"
 
 
 def _kvikio() -> tuple[Any, Any, str]:
