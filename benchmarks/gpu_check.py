@@ -67,6 +67,9 @@ NEEDED = {
 #: the tests and the benchmark are cut to (8 minutes with the machine's start-up)
 LIMITS = {"setup": 150, "tests": 140, "bench": 170, "total": 450}
 
+#: pip options for installs from an index: a host without a network fails in seconds
+FAST = ("-q", "--retries", "1", "--timeout", "15")
+
 PROBE = r"""
 import importlib.util, json, sys
 out = {"python": sys.version.split()[0], "executable": sys.executable}
@@ -162,7 +165,7 @@ def choose_python(requested: str | None) -> tuple[str, list[tuple[str, str]]]:
         return str(existing), notes
     log(f"{why}: installing torch's CUDA build from PyPI into .venv-gpu")
     python = make_venv(base, share=False)
-    pypi = ["--isolated", "install", "-q", "--index-url", "https://pypi.org/simple"]
+    pypi = ["--isolated", "install", *FAST, "--index-url", "https://pypi.org/simple"]
     # about 3 GB with CUDA's wheels: twice the time of another pip call
     ok, out = pip(python, *pypi, torch_requirement(), timeout=2 * LIMITS["setup"])
     if not ok:
@@ -189,17 +192,17 @@ def install(python: str, wheels: Path | None, cuda_major: str) -> list[tuple[str
         if "nvidia.dali" in missing:
             plain.append(optional["nvidia.dali"])
         if plain:
-            ok, out = pip(python, "install", "-q", *plain, timeout=LIMITS["setup"])
+            ok, out = pip(python, "install", *FAST, *plain)
             if not ok:
                 notes.append(("pip install " + " ".join(plain), out))
         if "kvikio" in missing:  # its CuPy requirement would replace the CuPy already there
             kvikio = [optional["kvikio"], f"lib{optional['kvikio']}", "rapids-logger==0.3.*",
                       "cuda-pathfinder"]  # fmt: skip
-            ok, out = pip(python, "install", "-q", "--no-deps", *kvikio)
+            ok, out = pip(python, "install", *FAST, "--no-deps", *kvikio)
             if not ok:
                 notes.append(("pip install --no-deps " + " ".join(kvikio), out))
             if not cufile_dirs(probe(python, [])["site"]):  # libkvikio loads libcufile.so.0
-                ok, out = pip(python, "install", "-q", f"cuda-toolkit[cufile]=={cuda_major}.*")
+                ok, out = pip(python, "install", *FAST, f"cuda-toolkit[cufile]=={cuda_major}.*")
                 if not ok:
                     notes.append((f"pip install cuda-toolkit[cufile]=={cuda_major}.*", out))
     still = probe(python, [*NEEDED, *optional])["missing"]
@@ -313,8 +316,10 @@ def main(argv: list[str] | None = None) -> int:
     setup += notes
     base = probe(python, [])
     major = (base.get("torch_cuda") or "12").split(".")[0]
-    wheels = args.wheels if args.wheels and args.wheels.is_dir() else None
-    setup += install(python, wheels, major)
+    if args.wheels is not None and not args.wheels.is_dir():  # not carried: no index try
+        setup.append(("wheels", f"{args.wheels} is no folder here: nothing installed"))
+    else:
+        setup += install(python, args.wheels, major)
     site = probe(python, [])["site"]
     libs = cufile_dirs(site)
     if libs:
