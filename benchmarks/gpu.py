@@ -177,7 +177,7 @@ def read_rows(path: Path, target: Any, rounds: int) -> list[tuple[str, ...]]:
     for route, name in names.items():
         name = f"{name} -> {target}"
         if route in ("gds", "compat"):
-            why = probe(name, lambda route=route: gds.choose_route(route))  # type: ignore[misc]
+            why = probe(name, lambda route=route: kvikio_route(route, target))
             if why is not None:
                 rows.append((name, "-", "GiB/s", why[:160]))
                 continue
@@ -193,7 +193,7 @@ def check_reads(path: Path, target: Any) -> str:
     from safetensors.numpy import load_file
 
     want = load_file(str(path))
-    routes = ["pinned", *(r for r in ("compat", "gds") if _offered(r))]
+    routes = ["pinned", *(r for r in ("compat", "gds") if _offered(r, target))]
     for route in routes:
         with dataio.open_safetensors(path) as st:
             found = [(n, *st._entry(n)) for n in st]
@@ -205,9 +205,18 @@ def check_reads(path: Path, target: Any) -> str:
     return f"checked: routes {', '.join(routes)} read the bytes the safetensors package reads"
 
 
-def _offered(route: str) -> bool:
+def kvikio_route(route: str, target: Any) -> None:
+    """Refuse a kvikio route this run cannot take (a ``DeviceError`` saying why)."""
+    if target.type != "cuda":  # seen: kvikio 26.10 reads need libcuda.so.1 even into host memory
+        raise dataio.DeviceError(
+            f"route {route!r} reads through kvikio into CUDA memory; this run's target is the CPU"
+        )
+    gds.choose_route(route)  # type: ignore[arg-type]
+
+
+def _offered(route: str, target: Any) -> bool:
     try:
-        gds.choose_route(route)  # type: ignore[arg-type]
+        kvikio_route(route, target)
     except dataio.DeviceError:
         return False
     return True

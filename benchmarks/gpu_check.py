@@ -131,16 +131,31 @@ def torch_requirement() -> str:
 
 
 def make_venv(base: dict, *, share: bool) -> str:
-    """``.venv-gpu`` from ``base``'s interpreter; ``share``: it sees base's packages."""
+    """``.venv-gpu`` from ``base``'s interpreter; ``share``: it sees base's packages.
+
+    A shared venv is made without pip: pip and setuptools come from base through the
+    ``.pth`` (a venv's own, bundled on Python <= 3.11, would shadow base's setuptools
+    with one too old for pyproject's ext-modules), and pip installs into the venv.
+    """
     python = str(VENV / "bin" / "python")
+    marker = VENV / ".gpu-check-shared"
+    if Path(python).exists() and marker.exists() != share:  # made the other way: remake
+        shutil.rmtree(VENV)
     if not Path(python).exists():
-        subprocess.run([base["executable"], "-m", "venv", str(VENV)], check=True, timeout=120)
+        command = [
+            base["executable"],
+            "-m",
+            "venv",
+            *(["--without-pip"] if share else []),
+            str(VENV),
+        ]
+        subprocess.run(command, check=True, timeout=120)
+        if share:
+            marker.touch()
     version = probe(python, [])["python"].rsplit(".", 1)[0]
     link = VENV / "lib" / f"python{version}" / "site-packages" / "_gpu_check_base.pth"
     if share:  # a venv made from a venv sees its base's packages only through this
         link.write_text("\n".join(base["site"]) + "\n")
-    elif link.exists():
-        link.unlink()
     return python
 
 
@@ -170,6 +185,7 @@ def choose_python(requested: str | None) -> tuple[str, list[tuple[str, str]]]:
     ok, out = pip(python, *pypi, torch_requirement(), timeout=2 * LIMITS["setup"])
     if not ok:
         raise SystemExit(f"gpu-check: {why}, and torch's CUDA build did not install: {out}")
+    pip(python, "install", *FAST, "setuptools>=74.1")  # pyproject's ext-modules need it
     found = probe(python, [])
     if not found.get("torch_cuda"):
         raise SystemExit(f"gpu-check: PyPI's torch {found.get('torch')} has no CUDA here")

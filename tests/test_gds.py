@@ -307,6 +307,25 @@ def test_a_kvikio_read_waits_for_torchs_stream_first(
     assert bytes(dest._tensor.tolist()) == bytes(range(8, 24))
 
 
+def test_a_buffer_kvikio_refuses_is_a_device_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kvikio 26.10 takes CUDA tensors and host buffers; a CPU torch tensor is its
+    TypeError ("a bytes-like object is required, not 'Tensor'"), reported as ours."""
+    fake = FakeKvikio()
+    install(monkeypatch, fake, gds_ready=False)
+
+    def pread(self: Any, buf: Any, size: int, file_offset: int) -> Any:
+        raise TypeError("a bytes-like object is required, not 'Tensor'")
+
+    monkeypatch.setattr(fake.CuFile, "pread", pread)
+    path = tmp_path / "raw.bin"
+    path.write_bytes(bytes(64))
+    opened = gds.GdsFile(str(path), torch.device("cpu"), "compat")
+    with opened, pytest.raises(DeviceError, match=r"kvikio cannot read .*raw.bin.* into a cpu"):
+        opened.read_into(torch.empty(8, dtype=torch.uint8))
+
+
 def test_a_kvikio_that_does_not_load_is_reported_not_raised(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -185,6 +185,10 @@ class GdsFile(Closing):
             torch.cuda.current_stream(dest.device).synchronize()
         try:
             done = int(self._cufile.pread(dest, n, offset).get())
+        except TypeError as exc:  # kvikio takes CUDA tensors (and host buffers), not CPU tensors
+            raise DeviceError(
+                f"kvikio cannot read {self.path!r} into a {dest.device} tensor: {exc}"
+            ) from exc
         except (RuntimeError, OSError) as exc:
             raise DeviceError(f"cuFile read of {self.path!r} ({self.route}) failed: {exc}") from exc
         if done != n:
