@@ -162,11 +162,12 @@ _NO_DATA = frozenset(tarfile.SUPPORTED_TYPES) - _REGULAR - {tarfile.GNUTYPE_SPAR
 
 
 class Blocks:
-    """Bytes of an archive from ``offset`` on, read from ``read(n)`` in large pieces."""
+    """Bytes of an archive from ``offset`` on, read from ``read(n)`` in large pieces:
+    ``bytes`` or any buffer (a network body's own, not copied first)."""
 
-    def __init__(self, read: Callable[[int], bytes], offset: int = 0) -> None:
+    def __init__(self, read: Callable[[int], Any], offset: int = 0) -> None:
         self._read = read
-        self._buf = b""
+        self._buf: Any = b""
         self._pos = 0
         self.offset = offset
 
@@ -177,14 +178,16 @@ class Blocks:
             out = self._buf[self._pos : end]
             self._pos = end
             self.offset += n
-            return out
+            return out if type(out) is bytes else bytes(out)
         parts = [self._buf[self._pos :]]
         have = len(parts[0])
         self._buf, self._pos = b"", 0
         while have < n:
             chunk = self._read(_CHUNK)  # memory follows the bytes that arrive
-            if not chunk:
+            if not len(chunk):
                 break
+            if type(chunk) is not bytes:
+                chunk = memoryview(chunk)  # sliced without copies; each member copied once
             if have + len(chunk) > n:
                 keep = n - have
                 parts.append(chunk[:keep])
@@ -193,7 +196,7 @@ class Blocks:
                 break
             parts.append(chunk)
             have += len(chunk)
-        out = parts[0] if len(parts) == 1 else b"".join(parts)
+        out = parts[0] if len(parts) == 1 and type(parts[0]) is bytes else b"".join(parts)
         self.offset += len(out)
         return out
 
