@@ -24,6 +24,12 @@ from typing import Any
 from dataio import limits
 from dataio.exceptions import FormatError
 
+_tarscan: Any
+try:  # plain members parsed in C; without it walk() parses every header itself
+    from dataio.io import _tarscan
+except ImportError:  # pragma: no cover - an optional extension
+    _tarscan = None
+
 __all__ = ["Blocks", "SeekBlocks", "checked_tarinfo", "read_member", "walk"]
 
 _BLOCK = tarfile.BLOCKSIZE
@@ -200,6 +206,19 @@ class Blocks:
         self.offset += len(out)
         return out
 
+    def plain(self, total: int | None) -> list[tuple[str, int, bytes]]:
+        """The plain members held whole in the piece at hand, read (see ``_tarscan.c``):
+        ``(name, header offset, bytes)``; empty when the next header needs walk()."""
+        if _tarscan is None or len(self._buf) - self._pos < _BLOCK:
+            return []
+        limit = min(limits.get().max_member_bytes, 1 << 62)  # a C long long, with room
+        found, pos = _tarscan.scan(
+            self._buf, self._pos, self.offset, -1 if total is None else total, limit
+        )
+        self.offset += pos - self._pos
+        self._pos = pos
+        return found
+
     def skip(self, n: int) -> int:
         """Pass over ``n`` bytes; how many there were."""
         done = 0
@@ -337,7 +356,10 @@ def walk(
     # extended headers are kept until their member: bounded together, not one by one
     extended = 0  # pax and long-name bytes since the last member
     global_bytes = 0  # global pax bytes so far (they hold for every later member)
+    fast = blocks if data and isinstance(blocks, Blocks) else None
     while True:
+        if fast and first is None and not pending and long_name is None and not global_pax:
+            yield from fast.plain(total)  # the common members, in C; the rest below
         offset = blocks.offset
         block = blocks.take(_BLOCK)
         if len(block) < _BLOCK:

@@ -317,6 +317,9 @@ def _whole(archive: _Archive) -> tuple[int, int]:
 
 
 def _split_member(name: str) -> tuple[str, str]:
+    if "/" not in name:  # the common case, without os.path (a pass calls this per member)
+        stem, dot, ext = name.partition(".")
+        return (stem, ext.lower()) if dot else (name, "")
     directory, base = os.path.split(name)
     if "." not in base:
         return name, ""
@@ -504,14 +507,16 @@ class _FailedSample(Mapping[str, Any]):
 
 def _group(members: Iterable[tuple[str, bytes]], path: str) -> Iterator[dict[str, Any]]:
     current: dict[str, Any] | None = None
+    at: str | None = None  # the current sample's key
     for name, data in members:
         key, field = _split_member(name)
         if not field or field.startswith("__"):
             continue
-        if current is None or current["__key__"] != key:
+        if key != at or current is None:
             if current is not None:
                 yield current
             current = {"__key__": key, "__url__": path}
+            at = key
         current[field] = data
     if current is not None:
         yield current
