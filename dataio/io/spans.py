@@ -89,14 +89,15 @@ class SpanReader:
         transport = transport_for(loc.scheme)
         depth = self._depth or transport.readall_concurrency
         window = self._window or min(transport.chunk_bytes, WINDOW_BYTES)
-        result = self._response(uri, (start, stop))
+        early = self._take_early(uri)
+        fired = stop - start <= window
+        if fired:  # a small span: the next one's request goes out with it
+            self._send_planned(depth)
+        result = self._response(uri, (start, stop), early)
         if seen is not None:
             seen(int(result.meta["size"]))
         got = 0
         waited = 0.0  # time spent waiting on the body (not parsing it): its arrival rate
-        fired = stop - start <= window
-        if fired:
-            self._send_planned()
         pieces = iter(result.stream(min_chunk_size=PIECE_BYTES))
         while True:
             began = time.perf_counter()
@@ -108,7 +109,7 @@ class SpanReader:
             yield piece
             if not fired and got >= stop - start - window:
                 fired = True
-                self._send_planned()
+                self._send_planned(depth)
             if got >= window and got - len(piece) < window and depth > 1:
                 rest = stop - start - got
                 if rest >= 2 * window and got < _split_below() * max(waited, 1e-9):
@@ -132,20 +133,23 @@ class SpanReader:
 
     # -- requests ------------------------------------------------------------------------
 
-    def _workers(self) -> ThreadPoolExecutor:
-        if self._pool is None:
-            depth = self._depth or 8
-            self._pool = ThreadPoolExecutor(max(depth, 2), thread_name_prefix="dataio-span")
+    def _workers(self, depth: int) -> ThreadPoolExecutor:
+        if self._pool is None:  # the windows and one early request
+            self._pool = ThreadPoolExecutor(depth + 1, thread_name_prefix="dataio-span")
         return self._pool
 
-    def _response(self, uri: str, span: Span) -> Any:
-        """The response for ``span``: the early request when it was for this span (else
-        it is dropped), or one sent now."""
+    def _take_early(self, uri: str) -> Future[tuple[Span, Any]] | None:
+        """The early request sent for ``uri``, if any (any other is dropped)."""
         early, self._early = self._early, None
-        if early is not None and early[0] == uri:
+        return early[1] if early is not None and early[0] == uri else None
+
+    def _response(self, uri: str, span: Span, early: Future[tuple[Span, Any]] | None) -> Any:
+        """The response for ``span``: the early request's when it was for this span,
+        else one sent now."""
+        if early is not None:
             try:
-                at, response = early[1].result()
-            except DataioError:
+                at, response = early.result()
+            except Exception:
                 pass  # asked again below: the reader gets its own error
             else:
                 if at == span:
@@ -153,7 +157,7 @@ class SpanReader:
         self.requests += 1
         return _get(uri, span)
 
-    def _send_planned(self) -> None:
+    def _send_planned(self, depth: int) -> None:
         """Send the planned span's request on a worker (its body waits in the socket)."""
         planned, self._planned = self._planned, None
         if planned is None:
@@ -165,7 +169,7 @@ class SpanReader:
             at = span() if callable(span) else span
             return at, _get(uri, at) if at[1] > at[0] else None
 
-        self._early = (uri, self._workers().submit(send))
+        self._early = (uri, self._workers(depth).submit(send))
 
     def _windows(
         self, uri: str, start: int, stop: int, depth: int, window: int, etag: str | None
@@ -173,7 +177,7 @@ class SpanReader:
         """``start .. stop - 1`` by windows, ``depth`` requested ahead of the reader."""
         spans = deque((a, min(a + window, stop)) for a in range(start, stop, window))
         pending: deque[tuple[Span, Future[Any]]] = deque()
-        pool = self._workers()
+        pool = self._workers(depth)
         ahead = 0
 
         def submit() -> None:
@@ -184,7 +188,7 @@ class SpanReader:
             ahead += span[1] - span[0]
             self.peak_ahead = max(self.peak_ahead, ahead)
             if not spans:
-                self._send_planned()
+                self._send_planned(depth)
 
         try:
             while spans and len(pending) < depth:

@@ -164,8 +164,13 @@ class _Archive:
         self._size: int | None = None
         self.observed: int | None = None  # the size the last ranged GET reported
         self.reader: SpanReader | None = None  # the pass's read-ahead, when it has one
+        self._asking = threading.Lock()  # one HEAD at a time (a read-ahead worker asks too)
 
     def size(self) -> int:
+        with self._asking:
+            return self._known_size()
+
+    def _known_size(self) -> int:
         if self._size is None:
             if self.local:
                 fd, self._size = call(
