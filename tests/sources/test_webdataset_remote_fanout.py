@@ -175,7 +175,8 @@ def test_a_slow_link_fans_out_to_parallel_windows_within_the_depth(
     http_server.bytes_per_sec = 1e6
     since = len(http_server.requests)
     assert plain(dataio.webdataset(remote)) == plain(dataio.webdataset(local))
-    assert 2 <= http_server.most_ranged_at_once(margin=0.005) <= DEPTH + 1  # + the next shard
+    # the windows, the dropped head the server still paces out, the next shard
+    assert 3 <= http_server.most_ranged_at_once(margin=0.005) <= DEPTH + 2
     reader = readers[0]  # the remote pass (the local one made the second)
     assert reader.fanned == SHARDS
     assert 0 < reader.peak_ahead <= DEPTH * WINDOW
@@ -191,6 +192,30 @@ def test_a_slow_link_fans_out_to_parallel_windows_within_the_depth(
         assert windows and all(b - a <= WINDOW for a, b in windows)
         assert windows[-1][1] == size
         assert all(b == c for (_, b), (c, _) in itertools.pairwise(windows))
+
+
+@pytest.mark.parametrize("shards", [1, 4])
+def test_dataio_object_shards_sets_the_windows_in_flight(
+    http_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fan_out: None, shards: int
+) -> None:
+    """``DATAIO_OBJECT_SHARDS`` (the verbs' fan-out) is the depth: at most that many
+    windows at once; the server also still paces out the streamed head the client
+    dropped when it fanned out, and answers the next shard's request. At 1, no fan-out."""
+    monkeypatch.setenv("DATAIO_OBJECT_SHARDS", str(shards))
+    remote, local = put(http_server.url + "/objects", tmp_path)
+    index = dataio.write_webdataset_index(remote)
+    http_server.bytes_per_sec = 2e6
+    http_server.ranged_spans.clear()
+    since = len(http_server.requests)
+    got = dealt(dataio.webdataset(remote, index=index), 0, 2)
+    assert [s for _, s in got] == plain(dataio.webdataset(local))[: 2 * SAMPLES]
+    time.sleep(0.1)  # the last handlers return after their pacing sleep
+    most = http_server.most_ranged_at_once(margin=0.005)
+    assert most <= shards + 2
+    if shards > 1:
+        assert most >= 3
+    else:
+        assert len(ranged(http_server, since)) == 2  # one streamed request per shard
 
 
 def test_a_small_shards_successor_is_requested_with_it(
