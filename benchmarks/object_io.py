@@ -860,7 +860,7 @@ def wds_vs_verbs(rounds: int, samples: int, world: int = 2) -> None:
         def source_windows() -> int:
             saved = spans._split_below, spans.WINDOW_BYTES
             spans._split_below = lambda: float("inf")
-            spans.WINDOW_BYTES = 4 << 20  # a shard of 23 MiB: 8 MiB would leave < 2 windows
+            spans.WINDOW_BYTES = 4 << 20  # shards of 23-46 MiB: 16 MiB would leave < 2 windows
             try:
                 return source()
             finally:
