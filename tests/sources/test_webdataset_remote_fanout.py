@@ -234,10 +234,12 @@ def test_a_small_shards_successor_is_requested_with_it(
 
 
 def test_a_large_shards_successor_is_requested_in_its_last_window(
-    http_server: Any, tmp_path: Path, streamed: None
+    http_server: Any, tmp_path: Path, streamed: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Shards streamed at 1 MB/s: the request for shard k + 1 arrives while the last
-    window of shard k is still being sent (one request per shard, no more)."""
+    window of shard k (half the shard here: ~0.15 s of sending) is still being sent (one
+    request per shard, no more)."""
+    monkeypatch.setattr(spans, "WINDOW_BYTES", 160 << 10)
     remote, local = put(http_server.url + "/objects", tmp_path)
     index = dataio.write_webdataset_index(remote)
     http_server.bytes_per_sec = 1e6
