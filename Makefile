@@ -123,10 +123,11 @@ fuzz: $(VENV)/.test
 
 # The C extensions built with AddressSanitizer and UBSan into a copy of the package under
 # build/asan (the normal .so files stay as they are), then the kernel tests (tests/udfs, the
-# dict-column and permutation helpers)
+# dict-column and permutation helpers, the tar member scan)
 # that reach them and, where the fuzz replay exists, the fuzz corpus, run against that copy.
 ASAN_DIR := build/asan
-ASAN_TESTS := tests/udfs tests/engine/test_columnar_python.py tests/sources/test_shuffle_fast.py
+ASAN_TESTS := tests/udfs tests/engine/test_columnar_python.py tests/sources/test_shuffle_fast.py \
+	tests/io/test_tar_scan.py
 # the fuzz harness classifies signals and out-of-memory itself: let SIGSEGV through and
 # make an allocation over the address-space cap return NULL (a MemoryError), not abort
 ASAN_FUZZ := handle_segv=0:allocator_may_return_null=1
@@ -144,6 +145,7 @@ asan: $(VENV)/.test
 	cd $(ASAN_DIR) && CFLAGS="$(ASAN_FLAGS)" LDFLAGS="$(ASAN_FLAGS)" \
 		$(abspath $(PY)) -c "from setuptools import setup; setup()" build_ext --inplace -q
 	test -f $(ASAN_DIR)/dataio/udfs/_jpeg*.so  # optional in a normal build, required here
+	test -f $(ASAN_DIR)/dataio/io/_tarscan*.so
 	cd $(ASAN_DIR) && $(ASAN_ENV) $(abspath $(PY)) -c \
 		"import dataio, sys; sys.exit(not dataio.__file__.startswith('$(CURDIR)/$(ASAN_DIR)/'))"
 	cd $(ASAN_DIR) && $(ASAN_ENV) $(abspath $(PY)) -m pytest $(ASAN_TESTS) -p no:cacheprovider

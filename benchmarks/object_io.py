@@ -51,7 +51,12 @@ other ranks' shards), the rank's samples read by the source alone (no pipeline),
 at 3 ranks, rank 1 (whose run starts inside a shard) reaching its start by streaming the
 shard vs walking its headers. ``vs read``: bytes fetched per second over
 ``dataio.read``'s whole-shard rate on the same store. ``--wds-no-walk`` leaves out the
-header-walk rows (minutes on moto at 2,000 samples per shard).
+header-walk rows (minutes on moto at 2,000 samples per shard). Its ``vs read`` column is
+indicative only (read's rate comes from separate passes); ``--wds-vs-verbs`` compares
+like with like: rank 0 of 2's shards through the source alone (with a shard index) and
+through ``dataio.read`` (whole, and the same ranges), interleaved round by round, with
+median and min..max wall time, this process's and moto's CPU seconds per pass, and the
+load average (target: the source within 10% of the raw verbs on the same bytes).
 """
 
 from __future__ import annotations
@@ -74,6 +79,7 @@ from _common import (
     Contender,
     format_table,
     interleave,
+    load_average,
     machine_lines,
     median,
     mib,
@@ -787,6 +793,133 @@ def wds_indexed_rows(
     return rows
 
 
+# -- a rank's remote shards: the source vs the raw verbs on the same bytes (--wds-vs-verbs) --
+
+
+def wds_vs_verbs(rounds: int, samples: int, world: int = 2) -> None:
+    """Rank 0 of ``world``'s shards on moto, four ways, interleaved round by round:
+
+    * ``dataio.read`` of each whole shard (the raw verb; one request each on loopback);
+    * ``dataio.read(uri, offset=0, size=n)``: the raw verb with the source's own request
+      pattern (one ranged GET per shard);
+    * the source alone: ``webdataset(pattern, index=...).shard_records(rank, world)``, a
+      fresh source each round (every sample parsed into a dict of bytes);
+    * the same source with the C member scan turned off (``dataio.io.tar._tarscan``);
+    * the same source with every span fanned out to windows (4 MiB, 8 at a time), as on
+      a slow link: what the extra requests cost moto (it copies the whole object for each).
+
+    Each row gives the median and min..max wall time over the rounds, and the median CPU
+    seconds of this process and of moto (which runs on the same cores) per pass. ``vs
+    read``: the median over rounds of read's time / the contender's (1.00 = as fast).
+    """
+    import resource
+
+    import obstore
+    import psutil
+
+    from dataio.io import spans, tar
+
+    paths = wds_shards(BENCH_DATA / f"object-io-wds-{samples}", samples)
+    share = paths[: len(paths) // world]
+    size = sum(p.stat().st_size for p in share)
+    with moto_server() as url:
+        configure_dataio(url)
+        store = obstore_store(url)
+        for p in paths:
+            obstore.put(store, f"wds/{p.name}", p.read_bytes())
+        pattern = f"s3://{BUCKET}/wds/shard-{{0000..{len(paths) - 1:04d}}}.tar"
+        uris = expand_braces(pattern)[: len(share)]
+        sizes = [p.stat().st_size for p in share]
+        index = dataio.write_webdataset_index(pattern)
+        moto = next(c for c in psutil.Process().children(recursive=True) if "moto" in c.name())
+        print(
+            f"webdataset vs verbs (moto): rank 0 of {world}, {len(share)} shards, "
+            f"{len(share) * samples} samples, {mib(size)}; load before {load_average()}"
+        )
+
+        def whole() -> int:
+            return sum(len(dataio.read(u)) for u in uris)
+
+        def ranged() -> int:
+            return sum(
+                len(dataio.read(u, offset=0, size=n)) for u, n in zip(uris, sizes, strict=True)
+            )
+
+        def source() -> int:
+            dealt = dataio.webdataset(pattern, index=index).shard_records(0, world, pad=True)
+            assert dealt is not None
+            return sum(1 for _ in dealt)
+
+        def source_python() -> int:
+            saved, tar._tarscan = tar._tarscan, None
+            try:
+                return source()
+            finally:
+                tar._tarscan = saved
+
+        def source_windows() -> int:
+            saved = spans._split_below, spans.WINDOW_BYTES
+            spans._split_below = lambda: float("inf")
+            spans.WINDOW_BYTES = 4 << 20  # shards of 23-46 MiB: 16 MiB would leave < 2 windows
+            try:
+                return source()
+            finally:
+                spans._split_below, spans.WINDOW_BYTES = saved
+
+        contenders = {
+            "dataio.read, whole shards": whole,
+            "dataio.read, same ranges": ranged,
+            "webdataset source, its samples": source,
+            "  same, member scan in Python": source_python,
+            "  same, fanned out to windows": source_windows,
+        }
+        wall: dict[str, list[float]] = {k: [] for k in contenders}
+        cpu: dict[str, list[float]] = {k: [] for k in contenders}
+        server: dict[str, list[float]] = {k: [] for k in contenders}
+        with GetCounter() as counter:
+            for name, run in contenders.items():  # warm-up, and the request counts
+                before = counter.requests
+                run()
+                print(f"  {name}: {counter.requests - before} GETs per pass")
+        for r in range(rounds):
+            names = list(contenders)
+            names = names[r % len(names) :] + names[: r % len(names)]
+            for name in names:
+                usage, served = resource.getrusage(resource.RUSAGE_SELF), moto.cpu_times()
+                started = time.perf_counter()
+                contenders[name]()
+                wall[name].append(time.perf_counter() - started)
+                after, done = resource.getrusage(resource.RUSAGE_SELF), moto.cpu_times()
+                cpu[name].append(after.ru_utime - usage.ru_utime + after.ru_stime - usage.ru_stime)
+                server[name].append(done.user - served.user + done.system - served.system)
+        base = wall["dataio.read, whole shards"]
+        rows = []
+        for name in contenders:
+            times = wall[name]
+            paired = median([b / t for b, t in zip(base, times, strict=True)])
+            rows.append(
+                [
+                    name,
+                    f"{median(times):.3f} s",
+                    f"{min(times):.3f}..{max(times):.3f}",
+                    f"{size / median(times) / 1e6:,.0f} MB/s",
+                    f"{median(cpu[name]):.3f} s",
+                    f"{median(server[name]):.3f} s",
+                    f"{paired:.2f}",
+                ]
+            )
+        headers = ["contender", "median", "min..max", "rate", "our CPU", "moto CPU", "vs read"]
+        print(format_table(headers, rows))
+        ratio = median(
+            [b / t for b, t in zip(base, wall["webdataset source, its samples"], strict=True)]
+        )
+        print(
+            f"{rounds} rounds, interleaved; load after {load_average()}\n"
+            f"target remote WebDataset source within 10% of the raw verbs on the same bytes: "
+            f"{ratio:.2f} -> {'met' if ratio >= 0.9 else 'NOT met'}"
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -815,11 +948,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--wds-samples", type=int, default=2000, help="samples per shard")
     parser.add_argument(
+        "--wds-vs-verbs",
+        action="store_true",
+        help="only: a rank's remote shards through the source vs the raw verbs (moto)",
+    )
+    parser.add_argument(
         "--wds-no-walk",
         action="store_true",
         help="--webdataset-remote without the header-walk rows (slow on moto at 2000 samples)",
     )
     args = parser.parse_args(argv)
+    if args.wds_vs_verbs:
+        for line in machine_lines(PACKAGES):
+            print(line)
+        wds_vs_verbs(args.rounds, args.wds_samples)
+        return
     if args.webdataset_local or args.webdataset_remote:
         for line in machine_lines(("webdataset", *PACKAGES)):
             print(line)

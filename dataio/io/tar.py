@@ -24,6 +24,12 @@ from typing import Any
 from dataio import limits
 from dataio.exceptions import FormatError
 
+_tarscan: Any
+try:  # plain members parsed in C; without it walk() parses every header itself
+    from dataio.io import _tarscan
+except ImportError:  # pragma: no cover - an optional extension
+    _tarscan = None
+
 __all__ = ["Blocks", "SeekBlocks", "checked_tarinfo", "read_member", "walk"]
 
 _BLOCK = tarfile.BLOCKSIZE
@@ -162,11 +168,12 @@ _NO_DATA = frozenset(tarfile.SUPPORTED_TYPES) - _REGULAR - {tarfile.GNUTYPE_SPAR
 
 
 class Blocks:
-    """Bytes of an archive from ``offset`` on, read from ``read(n)`` in large pieces."""
+    """Bytes of an archive from ``offset`` on, read from ``read(n)`` in large pieces:
+    ``bytes`` or any buffer (a network body's own, not copied first)."""
 
-    def __init__(self, read: Callable[[int], bytes], offset: int = 0) -> None:
+    def __init__(self, read: Callable[[int], Any], offset: int = 0) -> None:
         self._read = read
-        self._buf = b""
+        self._buf: Any = b""
         self._pos = 0
         self.offset = offset
 
@@ -177,14 +184,16 @@ class Blocks:
             out = self._buf[self._pos : end]
             self._pos = end
             self.offset += n
-            return out
+            return out if type(out) is bytes else bytes(out)
         parts = [self._buf[self._pos :]]
         have = len(parts[0])
         self._buf, self._pos = b"", 0
         while have < n:
             chunk = self._read(_CHUNK)  # memory follows the bytes that arrive
-            if not chunk:
+            if not len(chunk):
                 break
+            if type(chunk) is not bytes:
+                chunk = memoryview(chunk)  # sliced without copies; each member copied once
             if have + len(chunk) > n:
                 keep = n - have
                 parts.append(chunk[:keep])
@@ -193,9 +202,22 @@ class Blocks:
                 break
             parts.append(chunk)
             have += len(chunk)
-        out = parts[0] if len(parts) == 1 else b"".join(parts)
+        out = parts[0] if len(parts) == 1 and type(parts[0]) is bytes else b"".join(parts)
         self.offset += len(out)
         return out
+
+    def plain(self, total: int | None) -> list[tuple[str, int, bytes]]:
+        """The plain members held whole in the piece at hand, read (see ``_tarscan.c``):
+        ``(name, header offset, bytes)``; empty when the next header needs walk()."""
+        if _tarscan is None or len(self._buf) - self._pos < _BLOCK:
+            return []
+        limit = min(limits.get().max_member_bytes, 1 << 62)  # a C long long, with room
+        found, pos = _tarscan.scan(
+            self._buf, self._pos, self.offset, -1 if total is None else total, limit
+        )
+        self.offset += pos - self._pos
+        self._pos = pos
+        return found
 
     def skip(self, n: int) -> int:
         """Pass over ``n`` bytes; how many there were."""
@@ -334,7 +356,10 @@ def walk(
     # extended headers are kept until their member: bounded together, not one by one
     extended = 0  # pax and long-name bytes since the last member
     global_bytes = 0  # global pax bytes so far (they hold for every later member)
+    fast = blocks if data and isinstance(blocks, Blocks) else None
     while True:
+        if fast and first is None and not pending and long_name is None and not global_pax:
+            yield from fast.plain(total)  # the common members, in C; the rest below
         offset = blocks.offset
         block = blocks.take(_BLOCK)
         if len(block) < _BLOCK:

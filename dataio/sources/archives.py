@@ -35,11 +35,11 @@ from dataio.exceptions import (
     NotFoundError,
     PermissionDeniedError,
     PlanError,
-    TransportError,
 )
 from dataio.io import zipmember
 from dataio.io.errors import call
 from dataio.io.local import open_regular
+from dataio.io.spans import SpanReader
 from dataio.io.tar import Blocks, SeekBlocks, checked_tarinfo, read_member, walk
 from dataio.io.uri import parse
 from dataio.sources import shardindex
@@ -163,8 +163,14 @@ class _Archive:
         self.local = self.loc.scheme == "file"
         self._size: int | None = None
         self.observed: int | None = None  # the size the last ranged GET reported
+        self.reader: SpanReader | None = None  # the pass's read-ahead, when it has one
+        self._asking = threading.Lock()  # one HEAD at a time (a read-ahead worker asks too)
 
     def size(self) -> int:
+        with self._asking:
+            return self._known_size()
+
+    def _known_size(self) -> int:
         if self._size is None:
             if self.local:
                 fd, self._size = call(
@@ -279,36 +285,46 @@ def _cache_writer(loc: Any) -> Any:
         return None
 
 
-def _remote_span(archive: _Archive, start: int, stop: int) -> Iterator[bytes]:
-    import obstore
+def _remote_span(archive: _Archive, start: int, stop: int) -> Iterator[Any]:
+    """A remote span's pieces through the pass's :class:`SpanReader` (its own when none):
+    streamed, or fanned out to parallel windows on a slow link, the next span requested
+    before this one ends."""
+    reader = archive.reader or SpanReader()
 
-    from dataio.io.config import store_for
+    def seen(size: int) -> None:
+        archive.observed = size
 
-    if stop <= start:
+    try:
+        yield from reader.pieces(archive.uri, start, stop, seen=seen)
+    finally:
+        if archive.reader is None:
+            reader.close()
+
+
+def _plan(reader: SpanReader, archive: _Archive, span: Any) -> None:
+    """Have ``reader`` request ``archive``'s ``span`` (a pair, or a function giving it)
+    ahead of its reading: remote archives the cache does not hold only."""
+    if archive.local:
         return
-    loc, uri = archive.loc, archive.uri
-    options = {"range": (start, stop)}
-    result = call(lambda: obstore.get(store_for(loc), loc.key, options=options), uri, "archive")  # type: ignore[arg-type]
-    archive.observed = int(result.meta["size"])
-    pieces = iter(result.stream(min_chunk_size=256 << 10))
-    got = 0
-    while True:
-        piece = call(lambda: next(pieces, None), uri, "archive")
-        if piece is None:
-            break
-        got += len(piece)
-        yield bytes(piece)
-    if got != stop - start:
-        raise TransportError(
-            f"archive {uri!r}: the body ended after {got} of {stop - start} bytes at offset "
-            f"{start + got}; retry the read"
-        )
+    from dataio.io import cache
+
+    entry = cache.entry_path(archive.loc)
+    if entry is None or not entry.exists():
+        reader.then(archive.uri, span)
+
+
+def _whole(archive: _Archive) -> tuple[int, int]:
+    """An archive's whole span (its size asked first, unless known)."""
+    return 0, archive.size()
 
 
 # -- members and samples -------------------------------------------------------------------
 
 
 def _split_member(name: str) -> tuple[str, str]:
+    if "/" not in name:  # the common case, without os.path (a pass calls this per member)
+        stem, dot, ext = name.partition(".")
+        return (stem, ext.lower()) if dot else (name, "")
     directory, base = os.path.split(name)
     if "." not in base:
         return name, ""
@@ -496,21 +512,23 @@ class _FailedSample(Mapping[str, Any]):
 
 def _group(members: Iterable[tuple[str, bytes]], path: str) -> Iterator[dict[str, Any]]:
     current: dict[str, Any] | None = None
+    at: str | None = None  # the current sample's key
     for name, data in members:
         key, field = _split_member(name)
         if not field or field.startswith("__"):
             continue
-        if current is None or current["__key__"] != key:
+        if key != at or current is None:
             if current is not None:
                 yield current
             current = {"__key__": key, "__url__": path}
+            at = key
         current[field] = data
     if current is not None:
         yield current
 
 
-def _samples(path: str) -> Iterator[dict[str, Any]]:
-    return _group(_members(_Archive(path)), path)
+def _samples(source: _Archive) -> Iterator[dict[str, Any]]:
+    return _group(_members(source), source.uri)
 
 
 # -- the sample index of a plain tar -------------------------------------------------------
@@ -669,12 +687,21 @@ class ArchiveSource(Source):
         self._sniffed: dict[str, bool] = {}  # whether a .tar shard's bytes are compressed
 
     def iterate(self) -> Iterator[Any]:
-        """Read the archives one after the other, grouping members into samples."""
-        for path in self.paths:
-            try:
-                yield from _samples(path)
-            except DataioError as exc:
-                yield _FailedSample(path, exc)
+        """Read the archives one after the other, grouping members into samples; a
+        remote archive's request goes out while the one before it is read."""
+        reader = SpanReader()
+        sources = [_Archive(p) for p in self.paths]
+        try:
+            for source, after in itertools.zip_longest(sources, sources[1:]):
+                source.reader = reader
+                if after is not None and not after.uri.lower().endswith(".zip"):
+                    _plan(reader, after, functools.partial(_whole, after))
+                try:
+                    yield from _samples(source)
+                except DataioError as exc:
+                    yield _FailedSample(source.uri, exc)
+        finally:
+            reader.close()
 
     def __iter__(self) -> Iterator[Any]:
         for sample in self.iterate():
@@ -776,24 +803,49 @@ class ArchiveSource(Source):
                 if not count and (
                     run.start <= firsts[shard] < run.stop or (last and firsts[shard] >= run.start)
                 ):
-                    for _ in _read_counted(self.paths[shard], 0, 0, counted, shard):
+                    for _ in _read_counted(_Archive(self.paths[shard]), 0, 0, counted, shard):
                         pass
 
         def read(first: int, stop: int) -> Iterator[tuple[int, Any]]:
             """Positions ``first .. stop - 1``, a shard's part at a time (ranges, never
-            lists: an index may count billions of samples)."""
+            lists: an index may count billions of samples); each remote shard's first
+            request goes out while the shard before it is read."""
             shard = _shard_of(firsts, first)
-            while first < stop:
-                end = min(stop, firsts[shard + 1])
-                if first < end:
-                    lo, hi = first - firsts[shard], end - firsts[shard]
-                    if counted is None:
-                        records = self._read_span(self.paths[shard], indexes[shard], lo, hi)
-                    else:
-                        records = _read_counted(self.paths[shard], lo, hi, counted, shard)
-                    yield from zip(range(first, end), records, strict=True)
-                first = end
-                shard += 1
+            reader = SpanReader()
+            sources: dict[int, _Archive] = {}
+
+            def source(k: int) -> _Archive:
+                if k not in sources:
+                    sources[k] = _Archive(self.paths[k])
+                    sources[k].reader = reader
+                return sources[k]
+
+            try:
+                while first < stop:
+                    end = min(stop, firsts[shard + 1])
+                    if first < end:
+                        lo, hi = first - firsts[shard], end - firsts[shard]
+                        ahead = min(stop, firsts[shard + 2]) if shard + 2 < len(firsts) else stop
+                        if firsts[shard + 1] < ahead:  # the next shard is read too
+                            nxt, count = shard + 1, ahead - firsts[shard + 1]
+                            if counted is None:
+                                _plan(reader, source(nxt), _walked_span(indexes[nxt], count))
+                            else:
+                                _plan(
+                                    reader,
+                                    source(nxt),
+                                    _counted_span(source(nxt), counted, nxt, count),
+                                )
+                        if counted is None:
+                            records = self._read_span(source(shard), indexes[shard], lo, hi)
+                        else:
+                            records = _read_counted(source(shard), lo, hi, counted, shard)
+                        yield from zip(range(first, end), records, strict=True)
+                        sources.pop(shard, None)
+                    first = end
+                    shard += 1
+            finally:
+                reader.close()
 
         kept: Any = None  # the run's first sample, when it pads the run's end
         for at, record in read(run.start + start, run.stop) if start < len(run) else ():
@@ -806,15 +858,16 @@ class ArchiveSource(Source):
             else:
                 yield from read(at, at + 1)
 
-    def _read_span(self, path: str, index: _Index, lo: int, hi: int) -> Iterator[Any]:
+    def _read_span(self, source: _Archive, index: _Index, lo: int, hi: int) -> Iterator[Any]:
         """Samples ``lo .. hi - 1`` of one shard (exactly ``hi - lo`` records)."""
+        path = source.uri
         complete = max(len(index.starts) - 1, 0)
         n = hi - lo
         got = 0
         if lo < complete:
             end = min(hi, complete)
             try:
-                members = _tar_members(_Archive(path), index.starts[lo], index.starts[end])
+                members = _tar_members(source, index.starts[lo], index.starts[end])
                 for sample in itertools.islice(_group(members, path), end - lo):
                     got += 1
                     yield sample
@@ -917,13 +970,15 @@ def _mismatch(path: str, counted: _Counts, expected: int, actual: str) -> Format
 _SKIP_BY = "stream"
 
 
-def _read_counted(path: str, lo: int, hi: int, counted: _Counts, shard: int) -> Iterator[Any]:
+def _read_counted(
+    source: _Archive, lo: int, hi: int, counted: _Counts, shard: int
+) -> Iterator[Any]:
     """Samples ``lo .. hi - 1`` of shard ``shard``, which the index says holds
     ``counted.counts[shard]``: streamed from the shard's start (the samples before ``lo``
     are read and dropped). A read that reaches the shard's end counts it whole, and any
     disagreement with the index is a :class:`FormatError` naming both counts."""
     expected, size = counted.counts[shard], counted.sizes[shard]
-    source = _Archive(path)
+    path = source.uri
     if size is not None and not source.local:
         source._size = size  # no HEAD: the first ranged GET reports the object's size
     try:
@@ -973,21 +1028,48 @@ def _read_counted(path: str, lo: int, hi: int, counted: _Counts, shard: int) -> 
         yield _FailedSample(path, error)
 
 
+def _counted_span(source: _Archive, counted: _Counts, shard: int, hi: int) -> Any:
+    """The first span :func:`_read_counted` reads of ``shard`` for its samples ``0 .. hi - 1``
+    (a function: the shard's size may need a request)."""
+    expected, size = counted.counts[shard], counted.sizes[shard]
+
+    def span() -> tuple[int, int]:
+        total = size if size is not None else source.size()
+        if hi >= expected:
+            return 0, total
+        return 0, min(total, _first_window(total, hi / max(expected, 1)))
+
+    return span
+
+
+def _walked_span(index: _Index, hi: int) -> tuple[int, int]:
+    """The span :meth:`ArchiveSource._read_span` reads of a shard for samples ``0 .. hi - 1``."""
+    complete = max(len(index.starts) - 1, 0)
+    if not complete:
+        return 0, 0
+    return index.starts[0], index.starts[min(hi, complete)]
+
+
 def _read_walked(path: str, lo: int, hi: int, counted: _Counts, shard: int) -> Iterator[Any]:
     """As :func:`_read_counted`, reaching sample ``lo`` by a walk of the shard's headers."""
     index = _index(path)
     expected = counted.counts[shard]
     if index.error is None and index.count != expected:
         raise _mismatch(path, counted, expected, str(index.count))
-    records = ArchiveSource([path], {})._read_span(path, index, lo, hi)
+    records = ArchiveSource([path], {})._read_span(_Archive(path), index, lo, hi)
     yield from records
+
+
+def _first_window(total: int, part: float) -> int:
+    """The first request's size for a run ending ``part`` of the way into a shard."""
+    return int(total * part * 1.05) + (64 << 10)
 
 
 def _windows(source: _Archive, total: int, part: float) -> Iterator[bytes]:
     """A shard's bytes from its start by ranged requests of growing size, the first sized
     to ``part`` of the shard (and a little more): a run ending inside a shard fetches about
     the bytes it needs, not the whole shard."""
-    start, window = 0, int(total * part * 1.05) + (64 << 10)
+    start, window = 0, _first_window(total, part)
     while start < total:
         stop = min(total, start + window)
         yield from source.span(start, stop)
