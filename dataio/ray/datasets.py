@@ -39,13 +39,36 @@ def _read(units: list[Any]) -> Iterator[Any]:
             yield pa.Table.from_batches([batch])
 
 
+def _shares(units: list[Any], parallelism: int) -> list[list[Any]]:
+    """``units`` cut into at most ``parallelism`` contiguous runs of about equal rows
+    (a run holds one unit at least; runs keep the units' order)."""
+    tasks = max(1, min(parallelism, len(units)))
+    ends = list(itertools.accumulate(max(u.rows, 1) for u in units))
+    total = ends[-1] if ends else 0
+    shares: list[list[Any]] = []
+    lo = 0
+    for i in range(1, tasks + 1):
+        # the first unit boundary at or past this share's part of the rows, leaving a
+        # unit for each share after it
+        hi = lo + 1
+        while hi < len(units) - (tasks - i) and ends[hi - 1] < total * i / tasks:
+            hi += 1
+        if i == tasks:
+            hi = len(units)
+        if lo < hi:
+            shares.append(units[lo:hi])
+        lo = hi
+    return shares
+
+
 def _datasource(units: list[Any], schema: Any) -> Any:
     ray = _ray()
     from ray.data.block import BlockMetadata
     from ray.data.datasource import Datasource, ReadTask
 
     class FrameDatasource(Datasource):
-        """Read tasks over contiguous runs of a frame's files, in file order."""
+        """Read tasks over contiguous runs of a frame's units (files, runs of a Parquet
+        file's row groups), in order."""
 
         def estimate_inmemory_data_size(self) -> int | None:
             return None
@@ -53,15 +76,10 @@ def _datasource(units: list[Any], schema: Any) -> Any:
         def get_read_tasks(
             self, parallelism: int, per_task_row_limit: int | None = None, data_context: Any = None
         ) -> list[Any]:
-            tasks = max(1, min(parallelism, len(units)))
-            bounds = [round(i * len(units) / tasks) for i in range(tasks + 1)]
             out = []
-            for lo, hi in itertools.pairwise(bounds):
-                share = units[lo:hi]
-                if not share:
-                    continue
+            for share in _shares(units, parallelism):
                 rows = sum(u.rows for u in share)
-                files = tuple(u.path for u in share if u.path is not None)
+                files = tuple(dict.fromkeys(u.path for u in share if u.path is not None))
                 meta = BlockMetadata(
                     num_rows=rows, size_bytes=None, exec_stats=None, input_files=files
                 )
@@ -86,16 +104,19 @@ def from_frame(frame: LazyFrame, *, parallelism: int = -1) -> Any:
     """A Ray dataset of a frame's rows, read partition-wise; ``frame.to_ray()`` calls it.
 
     The frame's plan (a scan, then ``filter``, ``select``, ``with_columns``) runs in
-    Ray read tasks, each on a contiguous run of the frame's files (row groups pruned by
-    the filter as in a local scan), and the rows keep the frame's order with
+    Ray read tasks, each on a contiguous run of the frame's units: files, and for
+    Parquet files of several row groups, runs of their row groups (up to 64 per file),
+    so one large file is read by several tasks. Row groups the filter excludes by their
+    statistics are pruned as in a local scan, and the rows keep the frame's order with
     ``preserve_order``. Each row carries ``__position__``, its position in the frame:
     :func:`map_pipeline` seeds its random ops with it, as a local loader over the frame
-    does. Row counts per file are found when the dataset is made (file statistics; the
-    filter's columns only for a filtered frame).
+    does. Row counts per unit are found when the dataset is made (Parquet footers; for
+    a filtered frame, a count reading the filter's columns only).
 
     Args:
         frame: the lazy frame.
-        parallelism: read tasks (at most one per file); ``-1``: Ray chooses.
+        parallelism: read tasks (at most one per unit), each given about equal rows;
+            ``-1``: Ray chooses.
 
     Raises:
         PlanError: the plan needs all rows at once (joins, sorts, aggregates, ``unique``,
