@@ -18,11 +18,12 @@ from __future__ import annotations
 
 from dataio.ray.datasets import from_frame, from_source, from_table
 from dataio.ray.feed import TrainFeed, train_feed
-from dataio.ray.pipeline import map_pipeline
+from dataio.ray.pipeline import batch_rows, map_pipeline
 
 __all__ = [
     "POSITION",
     "TrainFeed",
+    "batch_rows",
     "from_frame",
     "from_source",
     "from_table",

@@ -65,6 +65,10 @@ def train_feed(
     (Ray Train's ``get_dataset_shard``). Tensor columns become arrays (tensors for
     ``output="torch"``), ``__index__`` the batch's ``indices`` and ``__key__`` its keys.
 
+    Image columns that ``map_pipeline(..., normalize="feed")`` left at ``uint8`` are
+    normalized here, in this process (the same float32 steps as a loader's device
+    normalize).
+
     Resume: a Ray execution cannot restart in the middle; a pass restarts at an epoch
     boundary (build the epoch's dataset with ``map_pipeline(..., epoch=e)`` and feed it
     again). There is no exact mid-epoch resume through Ray.
@@ -108,6 +112,7 @@ def _batch(table: Any, output: str) -> Any:
     columns: dict[str, Any] = {}
     indices: Any = range(table.num_rows)
     keys: Any = None
+    steps = []
     for name in table.column_names:
         column = table[name].combine_chunks()
         if name == "__index__":
@@ -117,6 +122,9 @@ def _batch(table: Any, output: str) -> Any:
             keys = column.to_pylist()
             continue
         columns[name] = _values(column, np, pa)
+        step = _deferred(table.schema.field(name))
+        if step is not None:
+            steps.append(step)
     if output == "torch":
         import torch
 
@@ -126,7 +134,47 @@ def _batch(table: Any, output: str) -> Any:
             else value
             for name, value in columns.items()
         }
+        batch = Batch(columns, keys=keys, indices=indices)
+        if steps:
+            from dataio.plan import runtime
+
+            batch = runtime.engine().apply_on_device(batch, tuple(steps))
+        return batch
+    for step in steps:
+        columns[step.slot] = _normalized(columns[step.slot], step, np)
     return Batch(columns, keys=keys, indices=indices)
+
+
+def _deferred(field: Any) -> Any:
+    """The normalize ``map_pipeline(..., normalize="feed")`` left to this column, or None."""
+    import json
+
+    from dataio.plan import runtime
+    from dataio.ray.pipeline import NORMALIZE_KEY
+
+    note = (field.metadata or {}).get(NORMALIZE_KEY)
+    if note is None:
+        return None
+    found = json.loads(note)
+    return runtime.engine().DeviceNormalize(
+        found["slot"], tuple(found["scale"]), tuple(found["bias"]), found["layout"], found["dtype"]
+    )
+
+
+def _normalized(pixels: Any, step: Any, np: Any) -> Any:
+    """``uint8`` rows as ``pixels * scale + bias`` per channel in two rounded ``float32``
+    steps (as the host kernel and the device normalize), then the slot's dtype."""
+    from dataio.udfs.arrays import numpy_dtype
+
+    if not isinstance(pixels, np.ndarray) or pixels.dtype != np.uint8:
+        return pixels  # an empty batch of a skipped slot
+    row = (-1, 1, 1) if step.layout == "CHW" else (1, 1, -1)
+    shape = (1,) * (pixels.ndim - 3) + row
+    scale = np.asarray(step.scale, np.float32).reshape(shape)
+    bias = np.asarray(step.bias, np.float32).reshape(shape)
+    out = np.multiply(pixels, scale, dtype=np.float32)
+    out += bias
+    return out if step.dtype == "float32" else out.astype(numpy_dtype(step.dtype))
 
 
 def _writable(array: Any, np: Any) -> Any:
