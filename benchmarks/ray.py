@@ -8,8 +8,8 @@ chain ``decode -> resize_short(256) -> center_crop(224) -> normalize("imagenet")
 * Ray, 1 node of 2 CPUs, and 2 nodes of 1 CPU each (``ray.cluster_utils.Cluster``):
   ``map_pipeline(from_table(...), actors=2, cpus_per_actor=1)`` (one actor per CPU, one
   dataio thread each), batches of ``--batch`` rows (default ``batch_rows(pipe)``: about
-  32 MiB of output), consumed by the driver as float32 NumPy batches of 64 through
-  ``train_feed``; on 2 nodes also with ``normalize="feed"`` (``uint8`` through Ray's
+  32 MiB of output), consumed by the driver as float32 NumPy batches of that size
+  through ``train_feed``; on 2 nodes also with ``normalize="feed"`` (``uint8`` through Ray's
   object stores, a quarter of the bytes, normalized by ``train_feed`` in the driver).
 
 Each configuration's cluster is started once; then ``--rounds`` rounds, each a local
@@ -121,8 +121,9 @@ def start_cluster(nodes: int) -> Any:
 
 
 def ray_pass(table: pa.Table, batch: int, *, normalize: str = "actors") -> tuple[float, float]:
-    """(wall, steady) images/s of one execution over ``table``, consumed as the local
-    loader's batches are: float32 NumPy batches of 64 (``train_feed``)."""
+    """(wall, steady) images/s of one execution over ``table``, consumed as float32 NumPy
+    batches through ``train_feed``, of Ray's batch size (re-batching would copy every
+    batch once more: a 64-row batch out of 55-row blocks is two Arrow chunks)."""
     import dataio.ray
 
     actors = 2
@@ -136,7 +137,7 @@ def ray_pass(table: pa.Table, batch: int, *, normalize: str = "actors") -> tuple
     )
     start = time.perf_counter()
     arrivals: list[tuple[float, int]] = []
-    for part in dataio.ray.train_feed(ds, batch_size=64):
+    for part in dataio.ray.train_feed(ds, batch_size=batch):
         assert part["image"].dtype == np.float32
         arrivals.append((time.perf_counter(), len(part)))
     end = time.perf_counter()
