@@ -16,11 +16,14 @@ if TYPE_CHECKING:
 
 __all__ = ["BATCH_BYTES", "batch_rows", "map_pipeline"]
 
-#: what a Ray batch's output should weigh when ``batch_size`` is not given. Ray spends
-#: ~10 ms per batch here (task dispatch, the object-store put and get) plus ~0.4 ms per
-#: 600 KB image; ImageNet-sized float32 rows in batches of 16 ran at 0.4x the local
-#: loader, in batches of 64 at 0.8x (benchmarks/ray.py). 32 MiB keeps blocks well under
-#: an object store of a few hundred MiB.
+#: what a Ray batch's output should weigh at most when ``batch_size`` is not given. Ray
+#: spends ~10 ms per batch here (task dispatch, the object-store put and get) plus ~0.4 ms
+#: per 600 KB image; ImageNet-sized float32 rows in batches of 16 ran at 0.4x the local
+#: loader, in batches of 64 at 0.8x (benchmarks/ray.py). Not more than 32 MiB: glibc
+#: serves larger buffers by a fresh mmap each time (its largest mmap threshold), and an
+#: actor's output buffer of 64 such rows (38.5 MB) page-faulted 0.23-0.32 ms of system
+#: time per image, of 55 rows (31.6 MiB) none. It also keeps blocks well under an
+#: object store of a few hundred MiB.
 BATCH_BYTES = 32 << 20
 #: the bytes a row of a slot whose shape the data decides is taken to weigh
 UNKNOWN_ROW_BYTES = 1 << 20
