@@ -24,7 +24,14 @@ class TrainFeed:
     """
 
     def __init__(
-        self, shard: Any, *, batch_size: int, output: str, drop_last: bool, rank: int, world: int
+        self,
+        shard: Any,
+        *,
+        batch_size: int | None,
+        output: str,
+        drop_last: bool,
+        rank: int,
+        world: int,
     ) -> None:
         self.shard = shard
         self.batch_size = batch_size
@@ -52,7 +59,7 @@ def train_feed(
     rank: int = 0,
     world: int = 1,
     *,
-    batch_size: int = 32,
+    batch_size: int | None = 32,
     output: Literal["numpy", "torch"] = "numpy",
     drop_last: bool = False,
 ) -> TrainFeed:
@@ -61,7 +68,10 @@ def train_feed(
     The ranks share one ``ds.streaming_split(world, equal=True)`` (made by the first
     call for that dataset and world size): their rows are disjoint, together complete
     up to ``world - 1`` rows that ``equal=True`` may drop, and every rank gets the same
-    count. ``ds`` may also be a ``ray.data.DataIterator`` already split for this rank
+    count. ``batch_size=None`` yields the dataset's blocks as they come (the batches of
+    :func:`map_pipeline`, each without a copy; other sizes concatenate the tensors of
+    neighbouring blocks once). ``ds`` may also be a ``ray.data.DataIterator`` already
+    split for this rank
     (Ray Train's ``get_dataset_shard``). Tensor columns become arrays (tensors for
     ``output="torch"``), ``__index__`` the batch's ``indices`` and ``__key__`` its keys.
 
@@ -79,8 +89,10 @@ def train_feed(
     """
     if output not in ("numpy", "torch"):
         raise PlanError(f"train_feed output must be 'numpy' or 'torch', got {output!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise PlanError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if batch_size is not None and (
+        isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
+    ):
+        raise PlanError(f"batch_size must be a positive integer or None, got {batch_size!r}")
     if isinstance(world, bool) or not isinstance(world, int) or world < 1:
         raise PlanError(f"world must be a positive integer, got {world!r}")
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world:

@@ -87,3 +87,14 @@ def test_actors_normalize_by_default_equal_to_the_local_loader(ray_session, fram
 def test_normalize_must_be_actors_or_feed(ray_session, frame) -> None:
     with pytest.raises(dataio.PlanError, match="normalize must be 'actors' or 'feed'"):
         dataio.ray.map_pipeline(frame.to_ray(), _chain(True), normalize="gpu")
+
+
+def test_a_feed_of_batch_size_none_yields_the_pipelines_batches(ray_session, frame) -> None:
+    ds = dataio.ray.map_pipeline(
+        frame.to_ray(), _chain(True), seed=7, cpus_per_actor=0.5, batch_size=5
+    )
+    batches = list(dataio.ray.train_feed(ds, batch_size=None))
+    assert [len(b) for b in batches] == [5, 5, 5, 3]  # map_pipeline's batches, as they come
+    assert [i for b in batches for i in b.indices] == list(range(18))
+    got = np.concatenate([b["image"] for b in batches])
+    np.testing.assert_array_equal(got, _local(_chain(True), frame))
