@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,8 @@ POSITION = "__position__"
 #: a Parquet file's row groups are cut into at most this many runs: a filtered frame
 #: counts each unit's rows with one query when the units are made
 MAX_UNITS_PER_FILE = 64
+#: files whose footers are read (and units counted) at once when the units are made
+PLANNING_THREADS = 8
 
 
 @dataclass(frozen=True)
@@ -111,16 +114,25 @@ def frame_units(node: Node, *, where: str = "to_ray") -> list[FrameUnit]:
     schema = plan_schema(node)
     paths: list[str | None] = list(source.files) if isinstance(source, Scan) else [None]
     filtered = any(isinstance(step, Filter) for step in steps)
+
+    def counted(path: str | None) -> list[tuple[tuple[int, ...] | None, int]]:
+        """``path``'s units (row-group runs) with their row counts."""
+        out = []
+        for groups, stored in _row_group_runs(source, path, where):
+            if groups is None or filtered:
+                probe = FrameUnit(source, tuple(steps), path, 0, 0, schema, groups)
+                with guard(where, path):
+                    stored = int(_frame(probe).count())
+            out.append((groups, stored))
+        return out
+
+    # footers (remote: a request each) and filtered counts, several files at a time
+    with ThreadPoolExecutor(max(1, min(PLANNING_THREADS, len(paths)))) as pool:
+        found = list(pool.map(counted, paths))
     units = []
     start = 0
-    for path in paths:
-        for groups, stored in _row_group_runs(source, path, where):
-            probe = FrameUnit(source, tuple(steps), path, start, 0, schema, groups)
-            if groups is None or filtered:
-                with guard(where, path):
-                    rows = int(_frame(probe).count())
-            else:
-                rows = stored  # no filter: the footer's counts
+    for path, runs in zip(paths, found, strict=True):
+        for groups, rows in runs:
             if rows or groups is None:
                 units.append(FrameUnit(source, tuple(steps), path, start, rows, schema, groups))
             start += rows
