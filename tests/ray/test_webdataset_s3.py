@@ -37,6 +37,10 @@ def bucket() -> Iterator[str]:
             AWS_SECRET_ACCESS_KEY="testing",
             AWS_REGION="us-east-1",
         )
+        # this process: configured settings win over the environment (another module
+        # may have configured its own server)
+        dataio.configure_endpoint("s3", server.url, region="us-east-1")
+        dataio.configure_credentials("s3", access_key_id="testing", secret_access_key="testing")
         yield "s3://wds-ray"
     finally:
         os.environ.clear()
