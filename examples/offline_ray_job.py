@@ -210,7 +210,13 @@ def run_on_ray(
         start = time.perf_counter()
         ds = dataio.scan_parquet(f"{prefix}/raw/*.parquet").to_ray()
         out = dataio.ray.map_pipeline(
-            ds, preprocess(), actors=args.actors, cpus_per_actor=args.cpus_per_actor
+            ds,
+            preprocess(),
+            actors=args.actors,
+            cpus_per_actor=args.cpus_per_actor,
+            # a small job: batches of a shard so every actor gets some (at scale, the
+            # default: batch_rows(pipe), ~32 MiB of output a batch)
+            batch_size=args.shard,
         )
         written = out.map_batches(
             write_shard,
