@@ -1,4 +1,5 @@
-"""A frame's plan cut into units another engine's tasks run apart: one file each.
+"""A frame's plan cut into units another engine's tasks run apart: files, or runs of a
+Parquet file's row groups.
 
 A *partition-wise* plan (a scan followed by filters, projections and new columns) runs
 over each of its files on its own and gives the frame's rows when the results are put
@@ -9,26 +10,42 @@ columns only with one), so a task reading any unit numbers its rows as a local l
 over the whole frame would. Plans that need all rows at once (joins, sorts, aggregates,
 ``unique``, limits, SQL) or Python code (Python filters, seeded op chains) are a
 :class:`~dataio.exceptions.PlanError`.
+
+A Parquet file of several row groups is cut into runs of row groups (at most
+:data:`MAX_UNITS_PER_FILE` per file), so one large file is read by several tasks. A unit
+reads its row groups through a pyarrow dataset of that subset, into which DataFusion
+pushes the plan's filter: row groups whose statistics exclude it are not read, when the
+unit is counted (a unit left with no rows is dropped) or read.
 """
 
 from __future__ import annotations
 
+import itertools
+import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from dataio.engine.compile import SourceNode, compile_source, compile_steps, positioned, row_chain
 from dataio.engine.errors import guard
 from dataio.engine.plain import plain_batch
-from dataio.engine.scan import read_file, reads_remote
+from dataio.engine.remote import is_remote
+from dataio.engine.scan import check_data, read_file, reads_remote
 from dataio.engine.schema import plan_schema
 from dataio.engine.session import scan_session
-from dataio.exceptions import PlanError
+from dataio.exceptions import NotFoundError, PlanError
 from dataio.plan.frame import FileRecords, Filter, Node, PyFilter, Scan, Select, WithColumns
 
-__all__ = ["FrameUnit", "frame_units", "unit_batches"]
+__all__ = ["MAX_UNITS_PER_FILE", "FrameUnit", "frame_units", "unit_batches"]
 
 POSITION = "__position__"
+
+#: a Parquet file's row groups are cut into at most this many runs: a filtered frame
+#: counts each unit's rows with one query when the units are made
+MAX_UNITS_PER_FILE = 64
+#: files whose footers are read (and units counted) at once when the units are made
+PLANNING_THREADS = 8
 
 
 @dataclass(frozen=True)
@@ -42,6 +59,8 @@ class FrameUnit:
         start: the frame position of the unit's first row.
         rows: the unit's row count.
         schema: the plan's output schema (plain types).
+        row_groups: the Parquet row groups of ``path`` the unit reads, in order
+            (``None``: the whole file).
     """
 
     source: SourceNode
@@ -50,6 +69,7 @@ class FrameUnit:
     start: int
     rows: int
     schema: Any
+    row_groups: tuple[int, ...] | None = None
 
 
 def _partition_wise(node: Node, where: str) -> tuple[SourceNode, list[Node]]:
@@ -84,7 +104,8 @@ def _partition_wise(node: Node, where: str) -> tuple[SourceNode, list[Node]]:
 
 
 def frame_units(node: Node, *, where: str = "to_ray") -> list[FrameUnit]:
-    """The plan's units in file order, each with its first row's frame position.
+    """The plan's units in file order (and row-group order within a file), each with
+    its first row's frame position; units a filter leaves without rows are left out.
 
     Raises:
         PlanError: the plan is not partition-wise (see the module notes).
@@ -92,21 +113,107 @@ def frame_units(node: Node, *, where: str = "to_ray") -> list[FrameUnit]:
     source, steps = _partition_wise(node, where)
     schema = plan_schema(node)
     paths: list[str | None] = list(source.files) if isinstance(source, Scan) else [None]
+    filtered = any(isinstance(step, Filter) for step in steps)
+
+    def counted(path: str | None) -> list[tuple[tuple[int, ...] | None, int]]:
+        """``path``'s units (row-group runs) with their row counts."""
+        out = []
+        for groups, stored in _row_group_runs(source, path, where):
+            if groups is None or filtered:
+                probe = FrameUnit(source, tuple(steps), path, 0, 0, schema, groups)
+                with guard(where, path):
+                    stored = int(_frame(probe).count())
+            out.append((groups, stored))
+        return out
+
+    # footers (remote: a request each) and filtered counts, several files at a time
+    with ThreadPoolExecutor(max(1, min(PLANNING_THREADS, len(paths)))) as pool:
+        found = list(pool.map(counted, paths))
     units = []
     start = 0
-    for path in paths:
-        probe = FrameUnit(source, tuple(steps), path, start, 0, schema)
-        with guard(where, path):
-            rows = int(_frame(probe).count())
-        units.append(FrameUnit(source, tuple(steps), path, start, rows, schema))
-        start += rows
+    for path, runs in zip(paths, found, strict=True):
+        for groups, rows in runs:
+            if rows or groups is None:
+                units.append(FrameUnit(source, tuple(steps), path, start, rows, schema, groups))
+            start += rows
     return units
+
+
+def _row_group_runs(
+    source: SourceNode, path: str | None, where: str
+) -> list[tuple[tuple[int, ...] | None, int]]:
+    """``path``'s units: runs of its row groups with their stored row counts, or one
+    ``(None, 0)`` for the whole file (not Parquet, one row group, in memory)."""
+    if path is None or not isinstance(source, Scan) or source.format != "parquet":
+        return [(None, 0)]
+    from dataio.formats._arrow import read_errors
+
+    with guard(where, path), read_errors(path, source.label()):
+        fragment = _fragment(source, path)
+        if fragment is None:
+            return [(None, 0)]
+        sizes = [group.num_rows for group in fragment.row_groups]
+    if len(sizes) < 2:
+        return [(None, 0)]
+    runs = min(len(sizes), MAX_UNITS_PER_FILE)
+    cuts = [round(i * len(sizes) / runs) for i in range(runs + 1)]
+    return [(tuple(range(lo, hi)), sum(sizes[lo:hi])) for lo, hi in itertools.pairwise(cuts)]
+
+
+def _dataset(scan: Scan, path: str) -> Any:
+    """A pyarrow dataset of one Parquet file of ``scan`` (remote: read by ranges), or
+    ``None`` where it cannot be one (a web server without ``Range``)."""
+    import pyarrow.dataset as ds
+
+    check_data(scan, path)
+    if is_remote(path):
+        from dataio.engine.remote_files import NoRanges, dataset
+
+        try:
+            return dataset(path, scan.schema)
+        except NoRanges:
+            return None
+    if not os.path.isfile(path):
+        raise NotFoundError(f"{scan.label()}: the file {path!r} is gone")
+    return ds.dataset(path, format="parquet", schema=scan.schema)
+
+
+def _fragment(scan: Scan, path: str) -> Any:
+    """The one Parquet fragment of ``path``, its row groups known, or ``None``."""
+    import pyarrow.dataset as ds
+
+    found = _dataset(scan, path)
+    if found is None:
+        return None
+    fragment = next(iter(ds.FileSystemDataset.get_fragments(found)))
+    fragment.ensure_complete_metadata()
+    return fragment
+
+
+def _row_groups(scan: Scan, path: str, groups: tuple[int, ...]) -> Any:
+    """A one-fragment pyarrow dataset of row groups ``groups`` of ``path``, of the same
+    class as the whole file's (a remote one keeps fetching its chunks ahead)."""
+    import pyarrow.dataset as ds
+
+    whole = _dataset(scan, path)
+    if whole is None:  # pragma: no cover - the units were made from a ranged read
+        raise PlanError(f"{scan.label()}: {path!r} is no longer served by ranges")
+    fragment = next(iter(ds.FileSystemDataset.get_fragments(whole)))
+    subset = fragment.subset(row_group_ids=list(groups))
+    made = type(whole)([subset], whole.schema, whole.format, whole.filesystem)
+    for name in ("handler", "path"):  # remote_files' fetch-ahead dataset
+        if hasattr(whole, name):
+            setattr(made, name, getattr(whole, name))
+    return made
 
 
 def _frame(unit: FrameUnit) -> Any:
     ctx = scan_session(1, remote=reads_remote(unit.source))
     if unit.path is None or not isinstance(unit.source, Scan):
         base = compile_source(unit.source, ctx, "collect")
+    elif unit.row_groups is not None:
+        # DataFusion pushes the plan's filter into the pyarrow scan: pruned by statistics
+        base = ctx.read_table(_row_groups(unit.source, unit.path, unit.row_groups))
     else:
         base = read_file(ctx, unit.source, unit.path)
     return compile_steps(base, list(unit.steps), ctx, "collect")

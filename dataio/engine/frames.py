@@ -6,6 +6,7 @@ schema check reaches it here, so the engine's modules can change behind one surf
 
 from __future__ import annotations
 
+from dataio.engine.device_normalize import DeviceNormalize, apply_on_device, split_normalize
 from dataio.engine.explain import explain
 from dataio.engine.frame_address import unaddressable_reason
 from dataio.engine.frame_rows import frame_rows
@@ -17,6 +18,8 @@ from dataio.engine.scan import row_count, scan_options, scan_schema
 from dataio.engine.schema import plan_schema
 
 __all__ = [
+    "DeviceNormalize",
+    "apply_on_device",
     "collect_table",
     "explain",
     "frame_rows",
@@ -27,6 +30,7 @@ __all__ = [
     "row_count",
     "scan_options",
     "scan_schema",
+    "split_normalize",
     "stream_batches",
     "unit_batches",
     "unaddressable_reason",

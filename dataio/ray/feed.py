@@ -24,7 +24,14 @@ class TrainFeed:
     """
 
     def __init__(
-        self, shard: Any, *, batch_size: int, output: str, drop_last: bool, rank: int, world: int
+        self,
+        shard: Any,
+        *,
+        batch_size: int | None,
+        output: str,
+        drop_last: bool,
+        rank: int,
+        world: int,
     ) -> None:
         self.shard = shard
         self.batch_size = batch_size
@@ -52,7 +59,7 @@ def train_feed(
     rank: int = 0,
     world: int = 1,
     *,
-    batch_size: int = 32,
+    batch_size: int | None = 32,
     output: Literal["numpy", "torch"] = "numpy",
     drop_last: bool = False,
 ) -> TrainFeed:
@@ -61,9 +68,16 @@ def train_feed(
     The ranks share one ``ds.streaming_split(world, equal=True)`` (made by the first
     call for that dataset and world size): their rows are disjoint, together complete
     up to ``world - 1`` rows that ``equal=True`` may drop, and every rank gets the same
-    count. ``ds`` may also be a ``ray.data.DataIterator`` already split for this rank
+    count. ``batch_size=None`` yields the dataset's blocks as they come (the batches of
+    :func:`map_pipeline`, each without a copy; other sizes concatenate the tensors of
+    neighbouring blocks once). ``ds`` may also be a ``ray.data.DataIterator`` already
+    split for this rank
     (Ray Train's ``get_dataset_shard``). Tensor columns become arrays (tensors for
     ``output="torch"``), ``__index__`` the batch's ``indices`` and ``__key__`` its keys.
+
+    Image columns that ``map_pipeline(..., normalize="feed")`` left at ``uint8`` are
+    normalized here, in this process (the same float32 steps as a loader's device
+    normalize).
 
     Resume: a Ray execution cannot restart in the middle; a pass restarts at an epoch
     boundary (build the epoch's dataset with ``map_pipeline(..., epoch=e)`` and feed it
@@ -75,8 +89,10 @@ def train_feed(
     """
     if output not in ("numpy", "torch"):
         raise PlanError(f"train_feed output must be 'numpy' or 'torch', got {output!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise PlanError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if batch_size is not None and (
+        isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
+    ):
+        raise PlanError(f"batch_size must be a positive integer or None, got {batch_size!r}")
     if isinstance(world, bool) or not isinstance(world, int) or world < 1:
         raise PlanError(f"world must be a positive integer, got {world!r}")
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world:
@@ -108,6 +124,7 @@ def _batch(table: Any, output: str) -> Any:
     columns: dict[str, Any] = {}
     indices: Any = range(table.num_rows)
     keys: Any = None
+    steps = []
     for name in table.column_names:
         column = table[name].combine_chunks()
         if name == "__index__":
@@ -117,6 +134,9 @@ def _batch(table: Any, output: str) -> Any:
             keys = column.to_pylist()
             continue
         columns[name] = _values(column, np, pa)
+        step = _deferred(table.schema.field(name))
+        if step is not None:
+            steps.append(step)
     if output == "torch":
         import torch
 
@@ -126,7 +146,47 @@ def _batch(table: Any, output: str) -> Any:
             else value
             for name, value in columns.items()
         }
+        batch = Batch(columns, keys=keys, indices=indices)
+        if steps:
+            from dataio.plan import runtime
+
+            batch = runtime.engine().apply_on_device(batch, tuple(steps))
+        return batch
+    for step in steps:
+        columns[step.slot] = _normalized(columns[step.slot], step, np)
     return Batch(columns, keys=keys, indices=indices)
+
+
+def _deferred(field: Any) -> Any:
+    """The normalize ``map_pipeline(..., normalize="feed")`` left to this column, or None."""
+    import json
+
+    from dataio.plan import runtime
+    from dataio.ray.pipeline import NORMALIZE_KEY
+
+    note = (field.metadata or {}).get(NORMALIZE_KEY)
+    if note is None:
+        return None
+    found = json.loads(note)
+    return runtime.engine().DeviceNormalize(
+        found["slot"], tuple(found["scale"]), tuple(found["bias"]), found["layout"], found["dtype"]
+    )
+
+
+def _normalized(pixels: Any, step: Any, np: Any) -> Any:
+    """``uint8`` rows as ``pixels * scale + bias`` per channel in two rounded ``float32``
+    steps (as the host kernel and the device normalize), then the slot's dtype."""
+    from dataio.udfs.arrays import numpy_dtype
+
+    if not isinstance(pixels, np.ndarray) or pixels.dtype != np.uint8:
+        return pixels  # an empty batch of a skipped slot
+    row = (-1, 1, 1) if step.layout == "CHW" else (1, 1, -1)
+    shape = (1,) * (pixels.ndim - 3) + row
+    scale = np.asarray(step.scale, np.float32).reshape(shape)
+    bias = np.asarray(step.bias, np.float32).reshape(shape)
+    out = np.multiply(pixels, scale, dtype=np.float32)
+    out += bias
+    return out if step.dtype == "float32" else out.astype(numpy_dtype(step.dtype))
 
 
 def _writable(array: Any, np: Any) -> Any:

@@ -1,4 +1,5 @@
-"""Frames cut into per-file units (what ``to_ray`` read tasks run), without Ray.
+"""Frames cut into units (what ``to_ray`` read tasks run: files, runs of row groups),
+without Ray.
 
 The oracle is the frame's own ``collect()``: units in file order give its rows, and each
 unit's positions continue where the previous file's rows ended.
@@ -35,7 +36,16 @@ def test_units_in_file_order_give_the_frame_with_positions(parts) -> None:
         .with_columns(y=dataio.col("x") * 2)
     )
     units = frame_units(frame.plan)
-    assert [(u.start, u.rows) for u in units] == [(0, 4), (4, 3), (7, 3)]
+    # one unit per row group (of 4 rows), counted with the filter, positions running on
+    want_units, start = [], 0
+    for i in range(3):
+        path = str(parts / f"f{i}.parquet")
+        groups = pq.ParquetFile(path).read().column("x").to_numpy()
+        for g in range(0, len(groups), 4):
+            kept = int((groups[g : g + 4] % 3 == 0).sum())
+            want_units.append((path, (g // 4,), start, kept))
+            start += kept
+    assert [(u.path, u.row_groups, u.start, u.rows) for u in units] == want_units
     got = pa.Table.from_batches([b for u in units for b in unit_batches(u)])
     want = frame.collect()
     assert got.drop_columns(["__position__"]).equals(want)
@@ -81,3 +91,32 @@ def test_import_dataio_and_frames_never_import_ray(parts) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_many_row_groups_are_cut_into_at_most_max_units_runs(tmp_path, monkeypatch) -> None:
+    from dataio.engine import frame_units as module
+
+    monkeypatch.setattr(module, "MAX_UNITS_PER_FILE", 3)
+    path = tmp_path / "eight.parquet"
+    pq.write_table(pa.table({"x": np.arange(40)}), path, row_group_size=5)
+    frame = dataio.scan_parquet(str(path)).with_columns(y=dataio.col("x") + 1)
+    units = frame_units(frame.plan)
+    assert [(u.row_groups, u.start, u.rows) for u in units] == [
+        ((0, 1, 2), 0, 15),
+        ((3, 4), 15, 10),
+        ((5, 6, 7), 25, 15),
+    ]
+    got = pa.Table.from_batches([b for u in units for b in unit_batches(u)])
+    assert got.drop_columns(["__position__"]).equals(frame.collect())
+
+
+def test_feather_files_stay_whole_units(tmp_path) -> None:
+    import pyarrow.feather as feather
+
+    for i in range(2):
+        feather.write_feather(
+            pa.table({"x": np.arange(i * 6, i * 6 + 6)}), tmp_path / f"{i}.feather", chunksize=2
+        )
+    frame = dataio.scan_feather(str(tmp_path / "*.feather"))
+    units = frame_units(frame.plan)
+    assert [(u.row_groups, u.start, u.rows) for u in units] == [(None, 0, 6), (None, 6, 6)]
