@@ -153,8 +153,22 @@ def read(
 
 def fetch_whole(loc: Location, uri: URI) -> Any:
     """A whole remote object as the buffer it arrived in (not copied into ``bytes``),
-    through the local cache when ``DATAIO_CACHE_DIR`` is set."""
+    through the local cache when ``DATAIO_CACHE_DIR`` is set; an ``hf`` file through
+    the shared Hugging Face cache where ``huggingface_hub`` is installed."""
+    cached = _hub_cached(loc)
+    if cached is not None:
+        return call(lambda: _read_local(cached, 0, None), uri, "read")
     return cache.read_through(loc, lambda: _download(loc, uri))
+
+
+def _hub_cached(loc: Location) -> str | None:
+    """The path of an ``hf`` file in the shared hub cache (downloaded there first), or
+    None where the Hub's cache is not used (see :func:`dataio.io.hf.download`)."""
+    if loc.scheme != "hf":
+        return None
+    from dataio.io import hf
+
+    return hf.download(loc)
 
 
 def _download(loc: Location, uri: URI, *, offset: int = 0, size: int | None = None) -> Any:
@@ -219,6 +233,9 @@ def fetch_into(uri: URI, buffer: Any) -> int:
     def sink(at: int, piece: Any) -> None:
         view[at : at + len(piece)] = piece
 
+    cached = _hub_cached(loc)
+    if cached is not None:
+        return call(lambda: _readinto_local(cached, view), uri, "fetch_into")
     entry = cache.entry_path(loc)
     if entry is not None:
         hit = cache.load_into(entry, view)
