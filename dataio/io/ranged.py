@@ -6,6 +6,12 @@ bytes they touch. Each fetch is one :func:`dataio.io.verbs.read` of a range; sma
 fetch ``read_ahead`` bytes at once and serve the next reads from that block, large ones
 fetch exactly what they ask for. When the local cache (``DATAIO_CACHE_DIR``) holds the
 whole object, ranges are read from the cached copy instead of the network.
+
+Every range of one :class:`RangedFile` comes from one version of the object (a
+:class:`Pin`): the ETag (else the modification time) and size that its ``head`` or its
+first response gave. Later ranges ask for that version (``If-Match``, for a strong
+ETag) and check the version they got, so an object overwritten mid-read is a
+:class:`~dataio.TransportError` saying so, never a mix of two versions.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from dataio.io import cache, verbs
 from dataio.io.config import redact
 from dataio.io.uri import parse
 
-__all__ = ["READ_AHEAD", "RangedFile", "is_local", "local_path"]
+__all__ = ["READ_AHEAD", "Pin", "RangedFile", "is_local", "local_path"]
 
 # One block per small read: HDF5 and zip readers make many reads of a few bytes to a few
 # KiB each, close together; a round trip per read would dominate. Reads this large or
@@ -41,12 +47,74 @@ def local_path(uri: str | os.PathLike[str]) -> str:
     return loc.path + ("/" if text.endswith("/") and not loc.path.endswith("/") else "")
 
 
+class Pin:
+    """The version of one object that a series of ranged reads must all see.
+
+    Made from what a ``head`` said (``etag``, ``size``, ``last_modified``), or empty:
+    then the first response's version is taken. :meth:`options` asks a request for that
+    version (``If-Match`` for a strong ETag; a weak one never matches there) and
+    :meth:`check` compares each response's metadata with it. Safe to share between
+    threads (the first answers agree, or one of them fails).
+
+    Example:
+        >>> pin = Pin("s3://bucket/model.safetensors", etag='"abc"', size=10)
+        >>> pin.options()
+        {'if_match': '"abc"'}
+    """
+
+    __slots__ = ("etag", "last_modified", "size", "uri")
+
+    def __init__(
+        self,
+        uri: str,
+        *,
+        etag: str | None = None,
+        size: int | None = None,
+        last_modified: Any = None,
+    ) -> None:
+        self.uri = uri
+        self.etag, self.size, self.last_modified = etag or None, size, last_modified
+
+    def options(self) -> dict[str, Any]:
+        """obstore ``get`` options asking for the pinned version."""
+        if self.etag and not self.etag.startswith("W/"):
+            return {"if_match": self.etag}
+        return {}
+
+    def check(self, meta: Any) -> None:
+        """Raise :class:`~dataio.TransportError` if ``meta`` (an obstore response's
+        metadata) is another version than the pinned one; pin it if none was yet."""
+        etag, size = meta.get("e_tag") or None, meta.get("size")
+        modified = meta.get("last_modified")
+        if self.size is None:
+            self.size = size
+        if self.etag is None and self.last_modified is None:
+            self.etag, self.last_modified = etag, modified
+            return
+        if self.etag is not None and etag is not None:
+            changed = etag != self.etag
+            was, now = f"ETag {self.etag}", f"ETag {etag}"
+        else:  # a server without ETags: the modification time tells
+            changed = modified is not None and modified != self.last_modified
+            was, now = f"modified {self.last_modified}", f"modified {modified}"
+        if size is not None and self.size is not None and size != self.size:
+            changed = True
+            was, now = f"{was}, {self.size} bytes", f"{now}, {size} bytes"
+        if changed:
+            raise TransportError(
+                f"{redact(self.uri)!r} changed while it was being read ({was} at the first "
+                f"read, {now} now): its parts would mix two versions; read it again"
+            )
+
+
 class RangedFile(io.RawIOBase):
     """A read-only, seekable file over ``uri`` whose reads fetch byte ranges.
 
-    ``size`` is the object's size when known (else one ``head`` asks). ``fetched`` and
-    ``requests`` count the bytes and ranges read so far. Not safe to share between
-    threads (one position); open one per thread.
+    ``size`` is the object's size when known (else one ``head`` asks); ``pin`` the
+    version to read (else the ``head``'s, or the first response's): pass one file's
+    :attr:`pin` to another opened on the same object to read one version through both.
+    ``fetched`` and ``requests`` count the bytes and ranges read so far. Not safe to
+    share between threads (one position); open one per thread.
 
     Example:
         >>> with RangedFile("s3://bucket/arrays.h5") as f:  # doctest: +SKIP
@@ -54,11 +122,21 @@ class RangedFile(io.RawIOBase):
     """
 
     def __init__(
-        self, uri: str | os.PathLike[str], *, size: int | None = None, read_ahead: int = READ_AHEAD
+        self,
+        uri: str | os.PathLike[str],
+        *,
+        size: int | None = None,
+        read_ahead: int = READ_AHEAD,
+        pin: Pin | None = None,
     ) -> None:
         super().__init__()
         self.uri = os.fspath(uri)
-        self.size: int = verbs.head(self.uri)["size"] if size is None else size
+        if pin is None and size is None:
+            meta = verbs.head(self.uri)
+            pin = Pin(self.uri, etag=meta["etag"], size=meta["size"])
+            pin.last_modified = meta["last_modified"]
+        self.pin = pin or Pin(self.uri, size=size)
+        self.size: int = size if size is not None else self.pin.size or 0
         self.read_ahead = read_ahead
         self.fetched = 0
         self.requests = 0
@@ -135,10 +213,35 @@ class RangedFile(io.RawIOBase):
             if self._cached is not None:
                 data = os.pread(self._cached.fileno(), size, offset)
             else:
-                data = verbs.read(self.uri, offset=offset, size=size)
+                data = self._fetch(offset, size)
         except DataioError as exc:
             self._error = exc
             raise
+        self.fetched += len(data)
+        return data
+
+    def _fetch(self, offset: int, size: int) -> bytes:
+        loc = parse(self.uri)
+        if loc.scheme == "file":
+            return verbs.read(self.uri, offset=offset, size=size)
+        return bytes(verbs._download(loc, self.uri, offset=offset, size=size, pin=self.pin))
+
+    def read_whole(self) -> Any:
+        """The whole object, of the pinned version, as one buffer (the position does not
+        move): from the local cache when it holds it, else one download (then cached,
+        when ``DATAIO_CACHE_DIR`` is on)."""
+        self._check_open()
+        loc = parse(self.uri)
+        if self._cached is not None or loc.scheme == "file":
+            return self.pread(0, self.size)
+        self.requests += 1
+        try:
+            data = cache.read_through(loc, lambda: verbs._download(loc, self.uri, pin=self.pin))
+        except DataioError as exc:
+            self._error = exc
+            raise
+        if len(data) != self.size:
+            raise self._short(len(data))
         self.fetched += len(data)
         return data
 

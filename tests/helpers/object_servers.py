@@ -57,6 +57,14 @@ class ObjectHandler(QuietHandler):
             self.reply(404, b"not found")
             return
         headers = self._meta(data)
+        wanted = self.headers.get("If-Match")
+        if (
+            getattr(self.server, "if_match", True)
+            and wanted is not None
+            and wanted not in ("*", headers["ETag"])
+        ):
+            self.reply(412, b"precondition failed", {"ETag": headers["ETag"]})
+            return
         spec = self.headers.get("Range")
         if spec is None:
             if self.server.die_mid_body and self.command == "GET":
@@ -125,7 +133,9 @@ class ObjectHandler(QuietHandler):
 
 class RangeServer(ThreadedServer):
     """Objects in memory behind :class:`ObjectHandler`, with faults the tests set:
-    ``fail_next`` 503s, ``stall_secs`` before answering, ``die_mid_body``."""
+    ``fail_next`` 503s, ``stall_secs`` before answering, ``die_mid_body``; ``if_match``
+    (on) answers a GET whose ``If-Match`` names another ETag with 412, as object stores
+    do (off: the header is ignored, as by many web servers)."""
 
     def __init__(self) -> None:
         self.objects: dict[str, bytes] = {}
@@ -133,6 +143,7 @@ class RangeServer(ThreadedServer):
         self.fail_next = 0
         self.stall_secs = 0.0
         self.die_mid_body = False
+        self.if_match = True
         self.bytes_per_sec = 0.0  # per response; 0: as fast as the socket goes
         self.half_sent = threading.Event()
         self.killed = threading.Event()
