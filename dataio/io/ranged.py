@@ -168,6 +168,14 @@ class RangedFile(io.RawIOBase):
         self._pos = base + offset
         return self._pos
 
+    def read(self, size: int | None = -1) -> bytes:
+        # never allocate more than the object holds: a damaged file's lengths (an IPC
+        # body of 2**60 bytes) reach here unchecked through readers such as pyarrow
+        if size is None or size < 0:
+            return self.readall()
+        self._check_open()
+        return super().read(min(size, max(0, self.size - self._pos))) or b""
+
     def readinto(self, target: Any) -> int:
         self._check_open()
         view = memoryview(target).cast("B")
