@@ -322,43 +322,63 @@ def ipc_blocks(footer: bytes, footer_start: int) -> tuple[list[IpcBlock], list[I
     return found[0], found[1]
 
 
-def _open_remote_ipc(uri: str, what: str) -> tuple[Any, list[IpcBlock]]:
-    """A ranged file over ``uri`` holding its tail, and its record batch blocks, checked."""
+class _RemoteIpc:
+    """An opened remote IPC file: a ranged file over it, its tail (where the footer is)
+    and its record batch blocks, checked."""
+
+    def __init__(self, f: Any, tail_at: int, tail: bytes, blocks: list[IpcBlock]) -> None:
+        self.f, self.tail_at, self.tail, self.blocks = f, tail_at, tail, blocks
+
+    def another(self) -> Any:
+        """One more ranged file over the same version, holding the tail (no request)."""
+        from dataio.io.ranged import RangedFile
+
+        f = RangedFile(self.f.uri, size=self.f.size, pin=self.f.pin, read_ahead=_IPC_READ_AHEAD)
+        f.hold(self.tail_at, self.tail)
+        return f
+
+
+def _open_remote_ipc(uri: str, what: str) -> _RemoteIpc:
+    """``uri`` opened: its tail fetched (one request for most footers), blocks checked."""
     from dataio.io.ranged import RangedFile
 
-    f = RangedFile(uri, read_ahead=2 * _IPC_TAIL)
+    f = RangedFile(uri, read_ahead=_IPC_READ_AHEAD)
     try:
         size = f.size
         tail_at = max(0, size - _IPC_TAIL)
-        f.seek(tail_at)
-        tail = f.read(size - tail_at)  # one block: the reads of the footer come from it
+        tail = f.pread(tail_at, size - tail_at)
         if size < 18 or tail[-6:] != _IPC_MAGIC or (not tail_at and tail[:6] != _IPC_MAGIC):
             raise ValueError("no ARROW1 magic (not an Arrow IPC file)")
         length = struct.unpack_from("<i", tail, len(tail) - 10)[0]
         footer_start = size - 10 - length
         if length <= 0 or footer_start < 8:
             raise ValueError(f"footer length {length} does not fit the {size}-byte file")
-        footer = f.pread(footer_start, length)
+        footer = (
+            tail[footer_start - tail_at : size - 10 - tail_at]
+            if footer_start >= tail_at
+            else f.pread(footer_start, length)
+        )
         if len(footer) != length:
             raise ValueError(f"footer of {length} bytes ends early")
         _, batches = ipc_blocks(footer, footer_start)  # dictionaries checked too
-        # from here on pyarrow reads batch metadata (small) and column buffers (each
-        # read exactly): a large read-ahead would fetch neighbouring columns' bytes
-        f.read_ahead = _IPC_READ_AHEAD
     except (ValueError, struct.error) as exc:
         f.close()
         raise FormatError(f"{what}: {uri!r} is not a valid Arrow IPC file: {exc}") from None
     except BaseException:
         f.close()
         raise
-    return f, batches
+    # pyarrow's reads of the footer come from the tail; then it reads batch metadata
+    # (small) and column buffers (each exactly): a large read-ahead would fetch
+    # neighbouring columns' bytes
+    f.hold(tail_at, tail)
+    return _RemoteIpc(f, tail_at, tail, batches)
 
 
 def _ipc_reader(f: Any, uri: str, what: str, columns: list[str] | None) -> Any:
     import pyarrow as pa
 
     try:
-        reader = pa.ipc.open_file(pa.PythonFile(f, mode="r"))
+        reader = pa.ipc.open_file(f if isinstance(f, pa.NativeFile) else pa.PythonFile(f, "r"))
         if columns is None:
             return reader
         names = reader.schema.names
@@ -366,6 +386,8 @@ def _ipc_reader(f: Any, uri: str, what: str, columns: list[str] | None) -> Any:
         if missing:
             raise FormatError(f"{what}: {uri!r} has no column {missing[0]!r}; it has {names}")
         options = pa.ipc.IpcReadOptions(included_fields=[names.index(c) for c in columns])
+        if isinstance(f, pa.NativeFile):
+            return pa.ipc.open_file(f, options=options)
         return pa.ipc.open_file(pa.PythonFile(f, mode="r"), options=options)
     except (pa.ArrowException, ValueError, OSError) as exc:  # ArrowIOError is OSError
         if isinstance(exc, DataioError):
@@ -375,7 +397,7 @@ def _ipc_reader(f: Any, uri: str, what: str, columns: list[str] | None) -> Any:
 
 def _ipc_error(f: Any, uri: str, what: str, exc: BaseException) -> Exception:
     """A fetch's own error (pyarrow wraps a file object's), else a FormatError."""
-    failed = f.take_error()
+    failed = f.take_error() if hasattr(f, "take_error") else None
     if failed is not None:
         return failed
     return FormatError(f"{what}: {uri!r} is not a valid Arrow IPC file: {exc}")
@@ -384,19 +406,27 @@ def _ipc_error(f: Any, uri: str, what: str, exc: BaseException) -> Exception:
 def remote_ipc_schema(uri: str, what: str) -> Any:
     """The schema of the remote Arrow IPC file at ``uri``, from its footer (read by
     ranges: one request for most files, after the ``head``)."""
-    f, _ = _open_remote_ipc(uri, what)
-    with f:
-        reader = _ipc_reader(f, uri, what, None)
+    opened = _open_remote_ipc(uri, what)
+    with opened.f:
+        reader = _ipc_reader(opened.f, uri, what, None)
         _decode_names(reader.schema)
         return reader.schema
+
+
+# record batches read side by side (each reader a file of its own over the same version)
+_IPC_THREADS = 8
 
 
 def read_remote_ipc(
     uri: str, what: str, *, columns: list[str] | None = None, rows: int | None = None
 ) -> Any:
-    """The remote Arrow IPC file at ``uri`` as a validated ``pyarrow.Table``, read by
-    ranges: the footer, then record batch after record batch until ``rows`` rows are
-    read (all without it), and of each only the ``columns`` asked for (all without).
+    """The remote Arrow IPC file at ``uri`` as a validated ``pyarrow.Table``.
+
+    The footer is read by ranges and its blocks checked against the file first. Then:
+    with ``rows``, record batch after record batch until that many rows are read;
+    with ``columns`` (and no ``rows``), every batch, up to 8 at once, each reading
+    only those columns' buffers; with neither, the whole object in one download (the
+    bytes are all needed), parsed from memory. Every batch is validated in full.
 
     Raises:
         FormatError: the file is damaged (a block outside the file, a bad message, data
@@ -404,25 +434,58 @@ def read_remote_ipc(
     """
     import pyarrow as pa
 
-    f, blocks = _open_remote_ipc(uri, what)
-    with f:
-        reader = _ipc_reader(f, uri, what, columns)
-        batches = []
-        read = 0
-        for i in range(reader.num_record_batches):
-            if rows is not None and read >= rows:
-                break
-            try:
-                batch = reader.get_batch(i)
-            except (pa.ArrowException, ValueError, OSError) as exc:
-                if isinstance(exc, DataioError):
-                    raise
-                raise _ipc_error(f, uri, what, exc) from None
-            batches.append(validated(batch, uri))
-            read += batch.num_rows
-        if len(blocks) != reader.num_record_batches:  # pyarrow read the same footer
-            raise FormatError(f"{what}: {uri!r}: the footer changed while it was read")
-        schema = reader.schema  # the columns read, in the file's order
+    opened = _open_remote_ipc(uri, what)
+    with opened.f:
+        if columns is None and rows is None:
+            whole = pa.BufferReader(pa.py_buffer(opened.f.read_whole()))
+            return _read_batches(whole, uri, what, None, None, len(opened.blocks))
+        if rows is not None or len(opened.blocks) < 2:
+            return _read_batches(opened.f, uri, what, columns, rows, len(opened.blocks))
+    count = len(opened.blocks)
+    step = -(-count // _IPC_THREADS)
+    parts = [range(a, min(a + step, count)) for a in range(0, count, step)]
+
+    def read(part: range) -> Any:
+        with opened.another() as f:
+            return _read_batches(f, uri, what, columns, None, count, part)
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(parts)) as pool:
+        tables = list(pool.map(read, parts))
+    return pa.concat_tables(tables)
+
+
+def _read_batches(
+    f: Any,
+    uri: str,
+    what: str,
+    columns: list[str] | None,
+    rows: int | None,
+    count: int,
+    indices: range | None = None,
+) -> Any:
+    """The record batches ``indices`` (all) of the IPC file ``f``, validated, as a table
+    of ``columns`` (all); with ``rows``, only the first batches holding that many."""
+    import pyarrow as pa
+
+    reader = _ipc_reader(f, uri, what, columns)
+    if reader.num_record_batches != count:  # pyarrow read another footer than dataio
+        raise FormatError(f"{what}: {uri!r}: the footer changed while it was read")
+    batches = []
+    read = 0
+    for i in range(count) if indices is None else indices:
+        if rows is not None and read >= rows:
+            break
+        try:
+            batch = reader.get_batch(i)
+        except (pa.ArrowException, ValueError, OSError) as exc:
+            if isinstance(exc, DataioError):
+                raise
+            raise _ipc_error(f, uri, what, exc) from None
+        batches.append(validated(batch, uri))
+        read += batch.num_rows
+    schema = reader.schema  # the columns read, in the file's order
     _decode_names(schema)
     table = pa.Table.from_batches(batches, schema=schema)
     return table if columns is None else table.select(columns)

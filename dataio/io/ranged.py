@@ -234,6 +234,12 @@ class RangedFile(io.RawIOBase):
             return verbs.read(self.uri, offset=offset, size=size)
         return bytes(verbs._download(loc, self.uri, offset=offset, size=size, pin=self.pin))
 
+    def hold(self, offset: int, data: bytes) -> None:
+        """Serve reads of ``offset..offset + len(data)`` from ``data``, bytes of this
+        object's pinned version fetched already (by another file over it), until a read
+        outside them replaces them."""
+        self._block, self._block_at = bytes(data), offset
+
     def read_whole(self) -> Any:
         """The whole object, of the pinned version, as one buffer (the position does not
         move): from the local cache when it holds it, else one download (then cached,

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.feather as pf
 import pytest
+from helpers.object_servers import RangeServer
 
 import dataio
 from dataio.exceptions import DataioError, FormatError
@@ -188,3 +189,15 @@ def test_the_ranged_reader_takes_local_paths_too(tmp_path: Path) -> None:
         (tmp_path / name).write_bytes(hostile)
         with pytest.raises(FormatError):
             read_remote_ipc(str(tmp_path / name), "t").to_pylist()
+
+
+def test_a_projection_reads_batches_side_by_side(http_server: RangeServer, http: str) -> None:
+    table = _table(16 * 1000)
+    sink = io.BytesIO()
+    pf.write_feather(table, sink, compression="uncompressed", chunksize=1000)
+    uri = f"{http}/many.feather"
+    dataio.write(uri, sink.getvalue())
+    http_server.stall_secs = 0.05  # a request's round trip
+    got = dataio.read_feather(uri, columns=["id"])
+    assert got.equals(table.select(["id"]))
+    assert http_server.most_ranged_at_once(margin=0.01) >= 4
