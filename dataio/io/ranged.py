@@ -8,8 +8,8 @@ fetch exactly what they ask for. When the local cache (``DATAIO_CACHE_DIR``) hol
 whole object, ranges are read from the cached copy instead of the network.
 
 Every range of one :class:`RangedFile` comes from one version of the object (a
-:class:`Pin`): the ETag (else the modification time) and size that its ``head`` or its
-first response gave. Later ranges ask for that version (``If-Match``, for a strong
+:class:`Pin`): the ETag (else the modification time) its first response gave, and the
+size its ``head`` gave. Later ranges ask for that version (``If-Match``, for a strong
 ETag) and check the version they got, so an object overwritten mid-read is a
 :class:`~dataio.TransportError` saying so, never a mix of two versions.
 """
@@ -111,7 +111,7 @@ class RangedFile(io.RawIOBase):
     """A read-only, seekable file over ``uri`` whose reads fetch byte ranges.
 
     ``size`` is the object's size when known (else one ``head`` asks); ``pin`` the
-    version to read (else the ``head``'s, or the first response's): pass one file's
+    version to read (else the first response's): pass one file's
     :attr:`pin` to another opened on the same object to read one version through both.
     ``fetched`` and ``requests`` count the bytes and ranges read so far. Not safe to
     share between threads (one position); open one per thread.
@@ -132,9 +132,9 @@ class RangedFile(io.RawIOBase):
         super().__init__()
         self.uri = os.fspath(uri)
         if pin is None and size is None:
-            meta = verbs.head(self.uri)
-            pin = Pin(self.uri, etag=meta["etag"], size=meta["size"])
-            pin.last_modified = meta["last_modified"]
+            # the head gives the size only: the version is the first GET's, compared
+            # with later GETs' (a HEAD's ETag may be another API's, as GCS's JSON one)
+            size = int(verbs.head(self.uri)["size"])
         self.pin = pin or Pin(self.uri, size=size)
         self.size: int = size if size is not None else self.pin.size or 0
         self.read_ahead = read_ahead
