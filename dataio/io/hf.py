@@ -16,10 +16,12 @@ such ids.
 Online, with ``huggingface_hub`` installed (and set up for the endpoint in use), a
 whole-file read goes through the shared cache (:func:`download`): ``hf_hub_download``
 fetches the file into ``HF_HUB_CACHE`` once and every later read (and any
-``HF_HUB_OFFLINE`` read) is served from there. Ranged reads (a safetensors tensor, a
-Parquet row group, ``read(offset=, size=)``) and streams stay ranged: caching them
-would mean downloading whole files that are read in part. Without ``huggingface_hub``
-files are read directly from the Hub, and the cache is only read offline.
+``HF_HUB_OFFLINE`` read) is served from there. Ranged reads (a safetensors tensor, an
+HDF5 dataset) of a file the cache already holds read it there (:func:`cached_file`);
+of any other file they stay ranged, as do ``read(offset=, size=)``, scans and
+streams: caching them would mean downloading whole files that are read in part.
+Without ``huggingface_hub`` files are read directly from the Hub, and the cache is
+only read offline.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ __all__ = [
     "Repo",
     "cache_dir",
     "cache_store",
+    "cached_file",
     "download",
     "endpoint",
     "keys",
@@ -398,6 +401,52 @@ def download(location: Location) -> str | None:
     else:
         return str(path)
     raise error
+
+
+def cached_file(location: Location) -> tuple[str | None, int] | None:
+    """``(path, size)`` of ``location``'s file: ``path`` its copy in the shared cache
+    when the cache holds the revision's current version (one HEAD asks the Hub which
+    commit that is, through ``huggingface_hub``), else ``None``; the whole answer is
+    ``None`` where the Hub did not say or :func:`download` would not use its cache.
+    Ranged reads of a file other libraries downloaded then read it from disk instead
+    of the network, and of any other, need no second HEAD for the size."""
+    if offline():
+        return None  # the cache store serves every read already
+    from dataio.io.config import credentials_for, endpoint_for, transport_for
+
+    base = endpoint(endpoint_for("hf"))
+    if not _huggingface_hub(base):
+        return None
+    found = resolve(location)
+    filename = found.path(location.key)
+    if not filename or filename.endswith("/"):
+        return None
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+    url = hf_hub_url(
+        found.repo_id, filename, repo_type=found.kind[:-1], revision=found.revision, endpoint=base
+    )
+    try:
+        meta = get_hf_file_metadata(
+            url,
+            token=token(credentials_for("hf")) or False,
+            timeout=transport_for("hf").timeout_secs or 30.0,
+            endpoint=base,
+            library_name="dataio",
+            library_version=_version(),
+        )
+    except Exception:  # missing, refused, unreachable: the ranged read says which
+        return None
+    if meta.size is None:
+        return None
+    if not meta.commit_hash or not _COMMIT.fullmatch(meta.commit_hash):
+        return None, meta.size
+    path = os.path.join(cache_dir(), found.folder, "snapshots", meta.commit_hash, filename)
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return None, meta.size
+    return (path if size == meta.size else None), meta.size
 
 
 def _bars() -> Any:

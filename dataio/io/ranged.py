@@ -131,6 +131,14 @@ class RangedFile(io.RawIOBase):
     ) -> None:
         super().__init__()
         self.uri = os.fspath(uri)
+        self._cached: Any = None
+        held = _hub_cached(self.uri) if pin is None and size is None else None
+        if held is not None:  # the Hub said the size, and the shared cache may hold it
+            path, size = held
+            try:
+                self._cached = None if path is None else open(path, "rb")  # noqa: SIM115
+            except OSError:  # gone meanwhile (a cache cleanup): read from the Hub
+                self._cached = None
         if pin is None and size is None:
             # the head gives the size only: the version is the first GET's, compared
             # with later GETs' (a HEAD's ETag may be another API's, as GCS's JSON one)
@@ -143,9 +151,8 @@ class RangedFile(io.RawIOBase):
         self._pos = 0
         self._block = b""
         self._block_at = 0
-        self._cached: Any = None
         self._error: DataioError | None = None
-        entry = cache.entry_path(parse(self.uri))
+        entry = cache.entry_path(parse(self.uri)) if self._cached is None else None
         if entry is not None:
             self._cached = _open_cached(entry, self.size)
 
@@ -285,6 +292,17 @@ class RangedFile(io.RawIOBase):
 
     def __repr__(self) -> str:
         return f"<RangedFile {redact(self.uri)!r} ({self.size} bytes)>"
+
+
+def _hub_cached(uri: str) -> tuple[str | None, int] | None:
+    """An ``hf`` file's size, and its path in the shared Hugging Face cache if that
+    holds the revision's current version (see :func:`dataio.io.hf.cached_file`)."""
+    loc = parse(uri)
+    if loc.scheme != "hf":
+        return None
+    from dataio.io import hf
+
+    return hf.cached_file(loc)
 
 
 def _open_cached(entry: Any, size: int) -> Any:

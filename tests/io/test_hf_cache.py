@@ -23,12 +23,14 @@ from huggingface_hub import (  # bound now: tests hide the package
     file_download,
     try_to_load_from_cache,
 )
+from safetensors.numpy import load as safetensors_load
 from safetensors.numpy import save as save_safetensors
 
 import dataio
 import dataio.io as dio
 from dataio.exceptions import NotFoundError, TransportError
 from dataio.io import hf
+from dataio.io.ranged import RangedFile
 
 mode = hf_fixtures.mode
 no_telemetry = hf_fixtures.no_telemetry
@@ -181,3 +183,31 @@ def test_a_cache_it_may_not_write_reads_directly(
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", refuse)
     assert dio.read("hf://org/tiny/weights.bin") == WEIGHTS
     assert _in_cache("weights.bin") is None
+
+
+def test_ranged_reads_of_a_cached_file_read_the_cache(model: HubServer, mode: str) -> None:
+    uri = "hf://org/tiny/model.safetensors"
+    whole = dio.read(uri)  # into the shared cache, with huggingface_hub
+    assert safetensors_load(whole).keys() == TENSORS.keys()
+    before = len(_gets(model))
+    got = dataio.read_safetensors(uri, keys=["small"])
+    np.testing.assert_array_equal(got["small"], TENSORS["small"])
+    since = len(model.requests)
+    with RangedFile("hf://org/tiny/weights.bin") as f:  # never downloaded whole: ranges
+        assert f.size == len(WEIGHTS)
+        asked = [m for m, _, _ in model.requests[since:]]
+        assert f.pread(100, 10) == WEIGHTS[100:110]
+    # one HEAD to the Hub for the size (with huggingface_hub: its HEAD, which also told
+    # the commit; without, obstore's, which follows the redirect to the CDN)
+    assert asked.count("HEAD") == 1, asked
+    ranged = [r for r in _gets(model)[before:] if "range" in {k.lower() for k in r[2]}]
+    if mode == "huggingface_hub":  # the tensor came from the cached file
+        assert len(ranged) == 1, ranged  # weights.bin's only
+    else:
+        assert len(ranged) >= 2, ranged  # the header, the tensor, weights.bin
+    # a new commit of the file: the cached copy is not the current one, read the Hub
+    model.repo("models", "org/tiny").put("model.safetensors", save_safetensors(TENSORS))
+    before = len(_gets(model))
+    got = dataio.read_safetensors(uri, keys=["small"])
+    np.testing.assert_array_equal(got["small"], TENSORS["small"])
+    assert len(_gets(model)) > before
