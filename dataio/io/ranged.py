@@ -50,11 +50,12 @@ def local_path(uri: str | os.PathLike[str]) -> str:
 class Pin:
     """The version of one object that a series of ranged reads must all see.
 
-    Made from what a ``head`` said (``etag``, ``size``, ``last_modified``), or empty:
-    then the first response's version is taken. :meth:`options` asks a request for that
-    version (``If-Match`` for a strong ETag; a weak one never matches there) and
-    :meth:`check` compares each response's metadata with it. Safe to share between
-    threads (the first answers agree, or one of them fails).
+    Made empty (or with the ``size`` alone): the first response's version is taken;
+    or from a version known already (``etag``, ``size``, ``last_modified``, as GET
+    responses give them). :meth:`options` asks a request for that version
+    (``If-Match`` for a strong ETag; a weak one never matches there) and :meth:`check`
+    compares each response's metadata with it. Share it between threads once it holds a
+    version (after the first read).
 
     Example:
         >>> pin = Pin("s3://bucket/model.safetensors", etag='"abc"', size=10)

@@ -155,13 +155,13 @@ def fetch_whole(loc: Location, uri: URI) -> Any:
     """A whole remote object as the buffer it arrived in (not copied into ``bytes``),
     through the local cache when ``DATAIO_CACHE_DIR`` is set; an ``hf`` file through
     the shared Hugging Face cache where ``huggingface_hub`` is installed."""
-    cached = _hub_cached(loc)
+    cached = _hub_download(loc)
     if cached is not None:
         return call(lambda: _read_local(cached, 0, None), uri, "read")
     return cache.read_through(loc, lambda: _download(loc, uri))
 
 
-def _hub_cached(loc: Location) -> str | None:
+def _hub_download(loc: Location) -> str | None:
     """The path of an ``hf`` file in the shared hub cache (downloaded there first), or
     None where the Hub's cache is not used (see :func:`dataio.io.hf.download`)."""
     if loc.scheme != "hf":
@@ -235,7 +235,7 @@ def fetch_into(uri: URI, buffer: Any) -> int:
     def sink(at: int, piece: Any) -> None:
         view[at : at + len(piece)] = piece
 
-    cached = _hub_cached(loc)
+    cached = _hub_download(loc)
     if cached is not None:
         return call(lambda: _readinto_local(cached, view), uri, "fetch_into")
     entry = cache.entry_path(loc)
