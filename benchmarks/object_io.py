@@ -411,10 +411,10 @@ def safetensors_subset(url: str, total_bytes: int, rounds: int) -> None:
     tensor = entries[0].nbytes
     header_block = min(64 << 10, size)
     fetched: list[int] = []
-    real_read = verbs.read
+    real_read = verbs._download  # RangedFile's ranges (pinned) and read()'s come here
 
-    def counting(target: Any, **kwargs: Any) -> Any:
-        data = real_read(target, **kwargs)
+    def counting(loc: Any, target: Any, **kwargs: Any) -> Any:
+        data = real_read(loc, target, **kwargs)
         fetched.append(len(data))
         return data
 
@@ -425,11 +425,11 @@ def safetensors_subset(url: str, total_bytes: int, rounds: int) -> None:
     def via_dataio() -> tuple[int, str]:
         name = names[next(turns["dataio"]) % SUBSET_TENSORS]
         fetched.clear()
-        verbs.read = counting  # type: ignore[assignment]
+        verbs._download = counting  # type: ignore[assignment]
         try:
             array = dataio.read_safetensors(uri, keys=[name])[name]
         finally:
-            verbs.read = real_read  # type: ignore[assignment]
+            verbs._download = real_read  # type: ignore[assignment]
         got = sum(fetched)
         totals.append(got)
         return array.nbytes, f"{got:,} bytes fetched in {len(fetched)} ranges"

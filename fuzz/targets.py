@@ -263,6 +263,7 @@ def _arrow_file(data: bytes, workdir: str, suffix: str, formats: tuple[str, ...]
     calls("read_feather to_pylist", lambda: dataio.read_feather(path).to_pylist())
     calls("scan_feather collect", lambda: dataio.scan_feather(path).collect().to_pylist())
     calls("scan_feather by_position", lambda: _by_position(dataio.scan_feather(path)))
+    calls("ranged IPC read (remote files)", lambda: _ranged_ipc(path))
     for name in formats:
 
         def read(name: str = name) -> None:
@@ -271,6 +272,17 @@ def _arrow_file(data: bytes, workdir: str, suffix: str, formats: tuple[str, ...]
 
         calls(f"read format={name}", read)
     calls.finish()
+
+
+def _ranged_ipc(path: str) -> None:
+    """The reader of remote Feather files, by ranges (it takes local paths too): all
+    columns, then the first column of the first rows only."""
+    from dataio.formats._arrow import read_remote_ipc, remote_ipc_schema
+
+    read_remote_ipc(path, "fuzz").to_pylist()
+    names = remote_ipc_schema(path, "fuzz").names
+    if names:
+        read_remote_ipc(path, "fuzz", columns=names[:1], rows=1).to_pylist()
 
 
 def feather(data: bytes, workdir: str) -> None:

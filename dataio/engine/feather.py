@@ -1,4 +1,6 @@
-"""The Feather fast path: Arrow IPC scans read by pyarrow from a memory map."""
+"""The Feather fast path: Arrow IPC scans read by pyarrow from a memory map, or, for
+remote files, by ranges (only the record batches a slice needs, only the columns
+selected; :func:`dataio.formats._arrow.read_remote_ipc`)."""
 
 from __future__ import annotations
 
@@ -13,10 +15,11 @@ __all__ = ["feather_table"]
 
 def feather_table(node: Node) -> Any:
     """Scans of Arrow IPC files with plain projections and slices, read by pyarrow from a
-    memory map: Arrow types and buffers come out as stored. ``None`` for other plans."""
+    memory map (remote files: by ranges): Arrow types and buffers come out as stored.
+    ``None`` for other plans."""
     import pyarrow as pa
 
-    from dataio.formats._arrow import check_ipc_file, read_errors
+    from dataio.formats._arrow import check_ipc_file, read_errors, read_remote_ipc
 
     columns: list[str] | None = None
     renames: dict[str, str] = {}
@@ -27,8 +30,6 @@ def feather_table(node: Node) -> Any:
         node = node.input
     if not isinstance(node, Scan) or node.format != "feather":
         return None
-    if any(is_remote(path) for path in node.files):
-        return None  # downloaded (and validated) by the plan, not mapped here
     for step in reversed(steps):  # bottom-up
         if isinstance(step, Limit):
             offset, length = _compose_slice(offset, length, step)
@@ -46,7 +47,14 @@ def feather_table(node: Node) -> Any:
             return None
         columns = names
     tables = []
+    wanted = None if length is None else offset + length  # rows, from the first file on
     for path in node.files:
+        if is_remote(path):
+            with guard(node.label(), path):
+                table = read_remote_ipc(path, node.label(), columns=columns, rows=wanted)
+            tables.append(table)
+            wanted = None if wanted is None else max(0, wanted - table.num_rows)
+            continue
         with guard(node.label(), path), read_errors(path, node.label()):
             # damaged offsets would crash whatever reads the table next; checked
             # once per path, size and mtime, so re-reading a file stays zero-copy

@@ -8,9 +8,14 @@ unread columns are never fetched. DataFusion's own object stores are not used: t
 take no proxy, no custom TLS roots and (for ``gs``/``az``) no endpoint
 (docs/decisions/016-remote-scans.md).
 
-Downloaded whole, through the verbs, and parsed by pyarrow: Feather (DataFusion's IPC
-reader trusts the offsets it reads, so the file is validated in full first), CSV and
-JSON (no footer to range over), and Parquet on a web server that ignores ``Range``.
+Remote Feather (Arrow IPC) files give their schema from the footer, read by ranges, and
+scans of them with plain projections and slices are read by ranges too (only the
+record batches and columns needed, each batch validated; :mod:`dataio.engine.feather`).
+
+Downloaded whole, through the verbs, and parsed by pyarrow: Feather under other plans
+(filters, joins: DataFusion's IPC reader trusts the offsets it reads, so the file is
+validated in full first), CSV and JSON (no footer to range over), and Parquet on a web
+server that ignores ``Range``.
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ of an object is a suffix GET of :data:`TAIL_BYTES`: it gives the size and the fo
 once, and is kept for the reads that follow (the dataset's schema read and its scan).
 With ``DATAIO_CACHE_DIR`` on, the cache holds whole objects: a scan takes
 the object from it (or downloads and caches it) and reads it from memory.
+
+Every range of an object comes from the version its first request saw (a
+:class:`~dataio.io.ranged.Pin` of that response's ETag and size): an object overwritten
+while a scan reads it fails the scan with a :class:`~dataio.TransportError` saying so.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from dataio.exceptions import DataioError, FormatError
+from dataio.io.ranged import Pin
 from dataio.io.uri import Location, parse
 
 __all__ = ["TAIL_BYTES", "NoRanges", "RangedFile", "dataset", "scan_error"]
@@ -97,8 +102,9 @@ class Tail:
     bytes at a time (a query that stops early wastes no more), each piece let go once
     all of it was read (or with the object), returning its bytes to the budget."""
 
-    def __init__(self, size: int, start: int, data: Any) -> None:
+    def __init__(self, size: int, start: int, data: Any, pin: Pin | None = None) -> None:
         self.size, self.start, self.data = size, start, data
+        self.pin = pin  # the version every range must come from (None: held whole)
         self.pieces: list[Piece] = []
         self.planned: list[tuple[int, int]] = []  # still to fetch, in order
         self.fetch: Callable[[int, int], Any] | None = None
@@ -180,14 +186,17 @@ def _tail(uri: str) -> Tail:
     def get() -> Tail:
         store = store_for(loc)
         try:
+            pin = Pin(uri)
             if loc.scheme not in _NO_SUFFIX:
                 result = obstore.get(store, loc.key, options={"range": {"suffix": TAIL_BYTES}})
+                pin.check(result.meta)
                 start, end = result.range
-                return Tail(int(result.meta["size"]), start, _whole(result.bytes(), start, end))
-            size = int(obstore.head(store, loc.key)["size"])
+                data = _whole(result.bytes(), start, end)
+                return Tail(int(result.meta["size"]), start, data, pin)
+            size = int(obstore.head(store, loc.key)["size"])  # the version: the GET's
             start = max(0, size - TAIL_BYTES)
-            data = obstore.get_range(store, loc.key, start=start, end=size) if size else b""
-            return Tail(size, start, _whole(data, start, size))
+            data = _ranged(store, loc.key, start, size, pin) if size else b""
+            return Tail(size, start, _whole(data, start, size), pin)
         except obx.NotSupportedError:
             raise NoRanges(f"{uri!r}: the server does not serve byte ranges") from None
 
@@ -272,22 +281,32 @@ class RangedFile(io.RawIOBase):
         return len(data)
 
     def _get(self, start: int, end: int) -> Any:
-        return get_range(self.uri, start, end)
+        return get_range(self.uri, start, end, pin=self.tail.pin)
 
 
-def get_range(uri: str, start: int, end: int) -> Any:
-    """Bytes ``start..end`` of the object at ``uri``: one ranged GET through its store."""
-    import obstore
-
+def get_range(uri: str, start: int, end: int, *, pin: Pin | None = None) -> Any:
+    """Bytes ``start..end`` of the object at ``uri``: one ranged GET through its store,
+    of the version ``pin`` holds (checked; pinned by this answer if none yet)."""
     from dataio.io.config import store_for
     from dataio.io.errors import call
 
     loc = parse(uri)
 
     def get() -> Any:
-        return _whole(obstore.get_range(store_for(loc), loc.key, start=start, end=end), start, end)
+        got = _ranged(store_for(loc), loc.key, start, end, pin or Pin(uri))
+        return _whole(got, start, end)
 
     return remembered(lambda: call(get, uri, "read"))
+
+
+def _ranged(store: Any, key: str, start: int, end: int, pin: Pin) -> Any:
+    """One ranged GET asking for ``pin``'s version and checking what came."""
+    import obstore
+
+    options: Any = {"range": (start, end), **pin.options()}
+    result = obstore.get(store, key, options=options)
+    pin.check(result.meta)
+    return result.bytes()
 
 
 def remembered(fn: Callable[[], T]) -> T:
@@ -364,7 +383,8 @@ def _handler_class() -> type:
                 for start, end in chunk_ranges(fragment, columns, filter)
                 for at in range(start, min(end, tail.start), AHEAD_PART)
             ]
-            tail.plan(parts, functools.partial(get_range, f"{self.scheme}://{path}"))
+            fetch = functools.partial(get_range, f"{self.scheme}://{path}", pin=tail.pin)
+            tail.plan(parts, fetch)
 
         def __eq__(self, other: object) -> bool:
             return other is self

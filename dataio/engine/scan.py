@@ -123,7 +123,12 @@ def _scan_schema(fmt: str, path: str, options: dict[str, Any]) -> Any:
         from dataio.formats.tfrecord import infer_schema
 
         return options.get("schema") or infer_schema(path, options.get("compression"))
-    if fmt == "feather" and not is_remote(path):
+    if fmt == "feather" and is_remote(path):  # the footer, by ranges: no download
+        from dataio.formats._arrow import remote_ipc_schema
+
+        with guard(f"scan_{fmt}", path):
+            return plain_schema(remote_ipc_schema(path, f"scan_{fmt}"))
+    if fmt == "feather":
         import pyarrow as pa
 
         with pa.memory_map(path) as source:

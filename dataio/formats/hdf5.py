@@ -145,7 +145,9 @@ class Hdf5File(Closing):
         """A new binary file over the same bytes, for the checks that read them directly."""
         if self._local is not None:
             return open(self._local, "rb")
-        return RangedFile(self.path, size=self._ranged.size if self._ranged else None)
+        if self._ranged is not None:  # the same version of the object as the first file
+            return RangedFile(self.path, size=self._ranged.size, pin=self._ranged.pin)
+        return RangedFile(self.path)
 
     def keys(self) -> list[str]:
         """Every dataset's path in the file (groups walked recursively), sorted."""

@@ -38,8 +38,7 @@ from dataio.io import read_bytes
 from dataio.io.local import open_file
 from dataio.io.ranged import RangedFile, is_local, local_path
 from dataio.io.resolve import glob_in
-from dataio.io.uri import parse
-from dataio.io.verbs import exists, fetch_whole, glob
+from dataio.io.verbs import exists, glob
 from dataio.plan.ops import choice
 from dataio.udfs.tensor import (
     SafetensorsHeader,
@@ -168,9 +167,7 @@ class _RemoteFile:
         if not wanted:
             return {}
         if sum(e.nbytes for e in wanted) >= self.size * _WHOLE_FRACTION:
-            whole = memoryview(fetch_whole(parse(self.path), self.path)).cast("B")
-            if len(whole) != self.size:
-                raise FormatError(f"{self.path} changed size while it was read; retry")
+            whole = memoryview(self._file.read_whole()).cast("B")  # the header's version
             return {e.name: whole[e.start : e.end] for e in wanted}
         spans: list[list[Any]] = []  # [start, end, entries]
         for e in wanted:

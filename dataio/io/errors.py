@@ -94,6 +94,12 @@ def translate(exc: BaseException, uri: object, verb: str) -> DataioError:
         return PermissionDeniedError(
             f"{verb} {target!r}: permission denied; the credentials in use may not do this"
         )
+    if isinstance(exc, obx.PreconditionError) or "412 Precondition Failed" in full:
+        # only pinned reads send If-Match: the object is no longer the version they read
+        return TransportError(
+            f"{verb} {target!r}: the object changed while it was being read (its ETag no "
+            "longer matches the one its first bytes came with); read it again"
+        )
     if _RANGE.search(detail):
         return OutOfRangeError(f"{verb} {target!r}: the byte range lies past the end of the object")
     tls = _TLS.search(full)

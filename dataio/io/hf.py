@@ -12,12 +12,23 @@ or the file ``huggingface-cli login`` writes; ``HF_ENDPOINT`` names a mirror;
 and a folder of it: the Hub is asked once which one exists (through ``huggingface_hub``
 when it is installed, else directly), as ``huggingface_hub`` asked before it dropped
 such ids.
+
+Online, with ``huggingface_hub`` installed (and set up for the endpoint in use), a
+whole-file read goes through the shared cache (:func:`download`): ``hf_hub_download``
+fetches the file into ``HF_HUB_CACHE`` once and every later read (and any
+``HF_HUB_OFFLINE`` read) is served from there. Ranged reads (a safetensors tensor, an
+HDF5 dataset) of a file the cache already holds read it there (:func:`cached_file`);
+of any other file they stay ranged, as do ``read(offset=, size=)``, scans and
+streams: caching them would mean downloading whole files that are read in part.
+Without ``huggingface_hub`` files are read directly from the Hub, and the cache is
+only read offline.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import re
 import ssl
@@ -43,6 +54,8 @@ __all__ = [
     "Repo",
     "cache_dir",
     "cache_store",
+    "cached_file",
+    "download",
     "endpoint",
     "keys",
     "ls",
@@ -54,6 +67,8 @@ __all__ = [
     "token",
     "token_path",
 ]
+
+log = logging.getLogger("dataio.io")
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 _TOKEN_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
@@ -330,6 +345,168 @@ def _exists_hub(base: str, secret: str | None, found: Repo, timeout: float) -> b
     except Exception:  # unreachable, refused...: the read that follows reports it
         return None
     return True
+
+
+def download(location: Location) -> str | None:
+    """The path of ``location``'s file in the shared cache, downloaded there first if it
+    is missing or stale, by ``huggingface_hub.hf_hub_download`` (its cache layout, locks
+    and revision checks); ``None`` where dataio reads the file itself: offline (the
+    cache store serves it), ``huggingface_hub`` missing or set up for another endpoint,
+    or a cache folder it may not write.
+
+    As ``hf_hub_download``, a file already cached for the revision is served when the
+    Hub cannot be asked (down, unreachable, or refusing the token).
+
+    Raises:
+        NotFoundError: no such repository, revision or file.
+        AuthenticationError: the Hub refused the request and nothing is cached.
+        TransportError: the Hub did not answer and nothing is cached.
+
+    Example:
+        >>> download(parse("hf://gpt2/config.json"))  # doctest: +SKIP
+        '/home/me/.cache/huggingface/hub/models--gpt2/snapshots/607a.../config.json'
+    """
+    if offline():
+        return None
+    from dataio.io.config import credentials_for, endpoint_for, transport_for
+
+    base = endpoint(endpoint_for("hf"))
+    if not _huggingface_hub(base):
+        return None
+    found = resolve(location)
+    filename = found.path(location.key)
+    if not filename or filename.endswith("/"):
+        return None  # a folder: the read that follows says so
+    from huggingface_hub import hf_hub_download
+
+    try:
+        path = hf_hub_download(
+            found.repo_id,
+            filename,
+            repo_type=found.kind[:-1],
+            revision=found.revision,
+            cache_dir=cache_dir(),
+            endpoint=base,
+            token=token(credentials_for("hf")) or False,
+            etag_timeout=transport_for("hf").timeout_secs or 30.0,
+            library_name="dataio",
+            library_version=_version(),
+            tqdm_class=_bars(),
+        )
+    except PermissionError as exc:  # a read-only cache: read the file directly
+        log.debug("cannot write the Hugging Face cache %r (%s); reading directly", cache_dir(), exc)
+        return None
+    except Exception as exc:  # huggingface_hub's errors, httpx's, OSError
+        error = _download_error(exc, str(location), found)
+    else:
+        return str(path)
+    raise error
+
+
+def cached_file(location: Location) -> tuple[str | None, int] | None:
+    """``(path, size)`` of ``location``'s file: ``path`` its copy in the shared cache
+    when the cache holds the revision's current version (one HEAD asks the Hub which
+    commit that is, through ``huggingface_hub``), else ``None``; the whole answer is
+    ``None`` where the Hub did not say or :func:`download` would not use its cache.
+    Ranged reads of a file other libraries downloaded then read it from disk instead
+    of the network, and of any other, need no second HEAD for the size."""
+    if offline():
+        return None  # the cache store serves every read already
+    from dataio.io.config import credentials_for, endpoint_for, transport_for
+
+    base = endpoint(endpoint_for("hf"))
+    if not _huggingface_hub(base):
+        return None
+    found = resolve(location)
+    filename = found.path(location.key)
+    if not filename or filename.endswith("/"):
+        return None
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+    url = hf_hub_url(
+        found.repo_id, filename, repo_type=found.kind[:-1], revision=found.revision, endpoint=base
+    )
+    try:
+        meta = get_hf_file_metadata(
+            url,
+            token=token(credentials_for("hf")) or False,
+            timeout=transport_for("hf").timeout_secs or 30.0,
+            endpoint=base,
+            library_name="dataio",
+            library_version=_version(),
+        )
+    except Exception:  # missing, refused, unreachable: the ranged read says which
+        return None
+    if meta.size is None:
+        return None
+    if not meta.commit_hash or not _COMMIT.fullmatch(meta.commit_hash):
+        return None, meta.size
+    path = os.path.join(cache_dir(), found.folder, "snapshots", meta.commit_hash, filename)
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return None, meta.size
+    return (path if size == meta.size else None), meta.size
+
+
+def _bars() -> Any:
+    """The tqdm class for ``hf_hub_download``'s bar: its own where dataio shows bars (a
+    terminal, a notebook), a silent one elsewhere (logs)."""
+    from dataio import progress
+
+    if progress.resolve(None):
+        return None
+    from tqdm.std import tqdm
+
+    class Silent(tqdm):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **{**kwargs, "disable": True})
+
+    return Silent
+
+
+def _download_error(exc: Exception, target: str, found: Repo) -> DataioError:
+    """The dataio error for what ``hf_hub_download`` raised reading ``target``."""
+    from huggingface_hub import errors
+
+    cause = exc.__cause__ if isinstance(exc, errors.LocalEntryNotFoundError) else exc
+    status = getattr(getattr(cause, "response", None), "status_code", None)
+    if isinstance(exc, errors.LocalEntryNotFoundError):
+        if "Timeout" in type(cause).__name__:
+            return TransportTimeoutError(
+                f"read {target!r} timed out and the Hugging Face cache holds no copy; raise "
+                "the limit with dataio.configure_transport('hf', timeout_secs=...)"
+            )
+        return TransportError(
+            f"read {target!r} failed: the Hub did not answer ({cause}) and the Hugging Face "
+            f"cache {cache_dir()!r} holds no copy"
+        )
+    if isinstance(exc, errors.RevisionNotFoundError):
+        return NotFoundError(
+            f"no revision {found.revision!r} of {found.repo_id!r} for {target!r}; check the "
+            "@revision"
+        )
+    if isinstance(exc, errors.EntryNotFoundError) or status == 404:
+        return NotFoundError(f"no object at {target!r}; check the repository id and the path")
+    if status == 401 or isinstance(exc, errors.RepositoryNotFoundError):
+        return AuthenticationError(
+            f"read {target!r}: the Hub refused the request (401); the repository may be "
+            "private, gated or missing: set HF_TOKEN, run huggingface-cli login or call "
+            "dataio.configure_credentials('hf', bearer_token=...)"
+        )
+    if status == 403:
+        return PermissionDeniedError(
+            f"read {target!r}: permission denied; the token may lack access to this repository"
+        )
+    if "Timeout" in type(exc).__name__:
+        return TransportTimeoutError(
+            f"read {target!r} timed out; raise the limit with "
+            "dataio.configure_transport('hf', timeout_secs=...)"
+        )
+    network = type(exc).__module__.startswith(("httpx", "httpcore"))
+    if status is not None or network or isinstance(exc, OSError):
+        return TransportError(f"read {target!r} failed: {type(exc).__name__}: {exc}"[:500])
+    return DataioError(f"read {target!r} failed: {type(exc).__name__}: {exc}"[:500])
 
 
 def _version() -> str | None:

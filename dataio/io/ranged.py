@@ -6,6 +6,12 @@ bytes they touch. Each fetch is one :func:`dataio.io.verbs.read` of a range; sma
 fetch ``read_ahead`` bytes at once and serve the next reads from that block, large ones
 fetch exactly what they ask for. When the local cache (``DATAIO_CACHE_DIR``) holds the
 whole object, ranges are read from the cached copy instead of the network.
+
+Every range of one :class:`RangedFile` comes from one version of the object (a
+:class:`Pin`): the ETag (else the modification time) its first response gave, and the
+size its ``head`` gave. Later ranges ask for that version (``If-Match``, for a strong
+ETag) and check the version they got, so an object overwritten mid-read is a
+:class:`~dataio.TransportError` saying so, never a mix of two versions.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from dataio.io import cache, verbs
 from dataio.io.config import redact
 from dataio.io.uri import parse
 
-__all__ = ["READ_AHEAD", "RangedFile", "is_local", "local_path"]
+__all__ = ["READ_AHEAD", "Pin", "RangedFile", "is_local", "local_path"]
 
 # One block per small read: HDF5 and zip readers make many reads of a few bytes to a few
 # KiB each, close together; a round trip per read would dominate. Reads this large or
@@ -41,12 +47,75 @@ def local_path(uri: str | os.PathLike[str]) -> str:
     return loc.path + ("/" if text.endswith("/") and not loc.path.endswith("/") else "")
 
 
+class Pin:
+    """The version of one object that a series of ranged reads must all see.
+
+    Made empty (or with the ``size`` alone): the first response's version is taken;
+    or from a version known already (``etag``, ``size``, ``last_modified``, as GET
+    responses give them). :meth:`options` asks a request for that version
+    (``If-Match`` for a strong ETag; a weak one never matches there) and :meth:`check`
+    compares each response's metadata with it. Share it between threads once it holds a
+    version (after the first read).
+
+    Example:
+        >>> pin = Pin("s3://bucket/model.safetensors", etag='"abc"', size=10)
+        >>> pin.options()
+        {'if_match': '"abc"'}
+    """
+
+    __slots__ = ("etag", "last_modified", "size", "uri")
+
+    def __init__(
+        self,
+        uri: str,
+        *,
+        etag: str | None = None,
+        size: int | None = None,
+        last_modified: Any = None,
+    ) -> None:
+        self.uri = uri
+        self.etag, self.size, self.last_modified = etag or None, size, last_modified
+
+    def options(self) -> dict[str, Any]:
+        """obstore ``get`` options asking for the pinned version."""
+        if self.etag and not self.etag.startswith("W/"):
+            return {"if_match": self.etag}
+        return {}
+
+    def check(self, meta: Any) -> None:
+        """Raise :class:`~dataio.TransportError` if ``meta`` (an obstore response's
+        metadata) is another version than the pinned one; pin it if none was yet."""
+        etag, size = meta.get("e_tag") or None, meta.get("size")
+        modified = meta.get("last_modified")
+        if self.size is None:
+            self.size = size
+        if self.etag is None and self.last_modified is None:
+            self.etag, self.last_modified = etag, modified
+            return
+        if self.etag is not None and etag is not None:
+            changed = etag != self.etag
+            was, now = f"ETag {self.etag}", f"ETag {etag}"
+        else:  # a server without ETags: the modification time tells
+            changed = modified is not None and modified != self.last_modified
+            was, now = f"modified {self.last_modified}", f"modified {modified}"
+        if size is not None and self.size is not None and size != self.size:
+            changed = True
+            was, now = f"{was}, {self.size} bytes", f"{now}, {size} bytes"
+        if changed:
+            raise TransportError(
+                f"{redact(self.uri)!r} changed while it was being read ({was} at the first "
+                f"read, {now} now): its parts would mix two versions; read it again"
+            )
+
+
 class RangedFile(io.RawIOBase):
     """A read-only, seekable file over ``uri`` whose reads fetch byte ranges.
 
-    ``size`` is the object's size when known (else one ``head`` asks). ``fetched`` and
-    ``requests`` count the bytes and ranges read so far. Not safe to share between
-    threads (one position); open one per thread.
+    ``size`` is the object's size when known (else one ``head`` asks); ``pin`` the
+    version to read (else the first response's): pass one file's
+    :attr:`pin` to another opened on the same object to read one version through both.
+    ``fetched`` and ``requests`` count the bytes and ranges read so far. Not safe to
+    share between threads (one position); open one per thread.
 
     Example:
         >>> with RangedFile("s3://bucket/arrays.h5") as f:  # doctest: +SKIP
@@ -54,20 +123,37 @@ class RangedFile(io.RawIOBase):
     """
 
     def __init__(
-        self, uri: str | os.PathLike[str], *, size: int | None = None, read_ahead: int = READ_AHEAD
+        self,
+        uri: str | os.PathLike[str],
+        *,
+        size: int | None = None,
+        read_ahead: int = READ_AHEAD,
+        pin: Pin | None = None,
     ) -> None:
         super().__init__()
         self.uri = os.fspath(uri)
-        self.size: int = verbs.head(self.uri)["size"] if size is None else size
+        self._cached: Any = None
+        held = _hub_cached(self.uri) if pin is None and size is None else None
+        if held is not None:  # the Hub said the size, and the shared cache may hold it
+            path, size = held
+            try:
+                self._cached = None if path is None else open(path, "rb")  # noqa: SIM115
+            except OSError:  # gone meanwhile (a cache cleanup): read from the Hub
+                self._cached = None
+        if pin is None and size is None:
+            # the head gives the size only: the version is the first GET's, compared
+            # with later GETs' (a HEAD's ETag may be another API's, as GCS's JSON one)
+            size = int(verbs.head(self.uri)["size"])
+        self.pin = pin or Pin(self.uri, size=size)
+        self.size: int = size if size is not None else self.pin.size or 0
         self.read_ahead = read_ahead
         self.fetched = 0
         self.requests = 0
         self._pos = 0
         self._block = b""
         self._block_at = 0
-        self._cached: Any = None
         self._error: DataioError | None = None
-        entry = cache.entry_path(parse(self.uri))
+        entry = cache.entry_path(parse(self.uri)) if self._cached is None else None
         if entry is not None:
             self._cached = _open_cached(entry, self.size)
 
@@ -89,6 +175,14 @@ class RangedFile(io.RawIOBase):
             raise OSError(f"negative seek position {base + offset} in {redact(self.uri)!r}")
         self._pos = base + offset
         return self._pos
+
+    def read(self, size: int | None = -1) -> bytes:
+        # never allocate more than the object holds: a damaged file's lengths (an IPC
+        # body of 2**60 bytes) reach here unchecked through readers such as pyarrow
+        if size is None or size < 0:
+            return self.readall()
+        self._check_open()
+        return super().read(min(size, max(0, self.size - self._pos))) or b""
 
     def readinto(self, target: Any) -> int:
         self._check_open()
@@ -135,10 +229,41 @@ class RangedFile(io.RawIOBase):
             if self._cached is not None:
                 data = os.pread(self._cached.fileno(), size, offset)
             else:
-                data = verbs.read(self.uri, offset=offset, size=size)
+                data = self._fetch(offset, size)
         except DataioError as exc:
             self._error = exc
             raise
+        self.fetched += len(data)
+        return data
+
+    def _fetch(self, offset: int, size: int) -> bytes:
+        loc = parse(self.uri)
+        if loc.scheme == "file":
+            return verbs.read(self.uri, offset=offset, size=size)
+        return bytes(verbs._download(loc, self.uri, offset=offset, size=size, pin=self.pin))
+
+    def hold(self, offset: int, data: bytes) -> None:
+        """Serve reads of ``offset..offset + len(data)`` from ``data``, bytes of this
+        object's pinned version fetched already (by another file over it), until a read
+        outside them replaces them."""
+        self._block, self._block_at = bytes(data), offset
+
+    def read_whole(self) -> Any:
+        """The whole object, of the pinned version, as one buffer (the position does not
+        move): from the local cache when it holds it, else one download (then cached,
+        when ``DATAIO_CACHE_DIR`` is on)."""
+        self._check_open()
+        loc = parse(self.uri)
+        if self._cached is not None or loc.scheme == "file":
+            return self.pread(0, self.size)
+        self.requests += 1
+        try:
+            data = cache.read_through(loc, lambda: verbs._download(loc, self.uri, pin=self.pin))
+        except DataioError as exc:
+            self._error = exc
+            raise
+        if len(data) != self.size:
+            raise self._short(len(data))
         self.fetched += len(data)
         return data
 
@@ -168,6 +293,17 @@ class RangedFile(io.RawIOBase):
 
     def __repr__(self) -> str:
         return f"<RangedFile {redact(self.uri)!r} ({self.size} bytes)>"
+
+
+def _hub_cached(uri: str) -> tuple[str | None, int] | None:
+    """An ``hf`` file's size, and its path in the shared Hugging Face cache if that
+    holds the revision's current version (see :func:`dataio.io.hf.cached_file`)."""
+    loc = parse(uri)
+    if loc.scheme != "hf":
+        return None
+    from dataio.io import hf
+
+    return hf.cached_file(loc)
 
 
 def _open_cached(entry: Any, size: int) -> Any:

@@ -153,11 +153,27 @@ def read(
 
 def fetch_whole(loc: Location, uri: URI) -> Any:
     """A whole remote object as the buffer it arrived in (not copied into ``bytes``),
-    through the local cache when ``DATAIO_CACHE_DIR`` is set."""
+    through the local cache when ``DATAIO_CACHE_DIR`` is set; an ``hf`` file through
+    the shared Hugging Face cache where ``huggingface_hub`` is installed."""
+    cached = _hub_download(loc)
+    if cached is not None:
+        return call(lambda: _read_local(cached, 0, None), uri, "read")
     return cache.read_through(loc, lambda: _download(loc, uri))
 
 
-def _download(loc: Location, uri: URI, *, offset: int = 0, size: int | None = None) -> Any:
+def _hub_download(loc: Location) -> str | None:
+    """The path of an ``hf`` file in the shared hub cache (downloaded there first), or
+    None where the Hub's cache is not used (see :func:`dataio.io.hf.download`)."""
+    if loc.scheme != "hf":
+        return None
+    from dataio.io import hf
+
+    return hf.download(loc)
+
+
+def _download(
+    loc: Location, uri: URI, *, offset: int = 0, size: int | None = None, pin: Any = None
+) -> Any:
     """The object (or a range) from its server: for a small body, the buffer it arrived
     in; for a large one, a ``bytes`` its pieces were streamed into (no other full-size
     buffer is made). Bodies declaring more than ``max_prealloc_bytes`` (or without the
@@ -179,7 +195,7 @@ def _download(loc: Location, uri: URI, *, offset: int = 0, size: int | None = No
         else:
             pieces[at] = piece
 
-    call(lambda: _fetch(loc, sink, offset=offset, size=size, expect=expect), uri, "read")
+    call(lambda: _fetch(loc, sink, offset=offset, size=size, expect=expect, pin=pin), uri, "read")
     if target:  # _fetch checked that every byte arrived
         data, view = target
         view.release()
@@ -219,6 +235,9 @@ def fetch_into(uri: URI, buffer: Any) -> int:
     def sink(at: int, piece: Any) -> None:
         view[at : at + len(piece)] = piece
 
+    cached = _hub_download(loc)
+    if cached is not None:
+        return call(lambda: _readinto_local(cached, view), uri, "fetch_into")
     entry = cache.entry_path(loc)
     if entry is not None:
         hit = cache.load_into(entry, view)
@@ -415,13 +434,15 @@ def _fetch(
     offset: int = 0,
     size: int | None = None,
     expect: Callable[[int], None] | None = None,
+    pin: Any = None,
 ) -> int:
     """GET an object (or a range) and hand its pieces to ``sink(position, buffer)``.
 
     One request reads small objects. A large whole-object read with a strong ETag keeps
     the first response for its first chunk and fetches the rest as ranged requests
     pinned to that ETag (``If-Match``), so a concurrent overwrite fails instead of
-    mixing versions.
+    mixing versions. ``pin`` (a :class:`dataio.io.ranged.Pin`) pins a range to the
+    version that earlier ranges of the same read saw.
     """
     import obstore
 
@@ -431,7 +452,11 @@ def _fetch(
         options["range"] = (offset, offset + size)
     elif offset:
         options["range"] = {"offset": offset}
+    if pin is not None:
+        options.update(pin.options())
     result = obstore.get(store, loc.key, options=options or None)  # type: ignore[arg-type]
+    if pin is not None:
+        pin.check(result.meta)
     start, end = result.range
     total = end - start
     if total >= STREAM_BYTES:  # a bar for a large body, where someone watches
@@ -442,7 +467,7 @@ def _fetch(
     chunk, concurrency = transport.chunk_bytes, transport.readall_concurrency
     etag = result.meta["e_tag"]
     strong = bool(etag) and not str(etag).startswith("W/")
-    if options or concurrency < 2 or total < 2 * chunk or not strong:
+    if "range" in options or concurrency < 2 or total < 2 * chunk or not strong:
         if total < STREAM_BYTES:
             body = result.bytes()
             sink(0, body)

@@ -352,14 +352,14 @@ def test_the_chunks_a_scan_reads_are_fetched_at_once(monkeypatch: pytest.MonkeyP
     lock = threading.Lock()
     real = remote_files.get_range
 
-    def counting(uri: str, start: int, end: int) -> object:
+    def counting(uri: str, start: int, end: int, **kwargs: object) -> object:
         with lock:
             state["now"] += 1
             state["most"] = max(state["most"], state["now"])
             state["bytes"] += end - start
         time.sleep(0.05)  # a slow link: requests in flight together overlap here
         try:
-            return real(uri, start, end)
+            return real(uri, start, end, **kwargs)
         finally:
             with lock:
                 state["now"] -= 1

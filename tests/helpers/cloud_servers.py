@@ -257,13 +257,17 @@ class Repo:
     def __init__(self, kind: str, repo_id: str, *, private: bool = False) -> None:
         self.kind, self.repo_id, self.private = kind, repo_id, private
         self.revisions: dict[str, dict[str, bytes]] = {}
+        self.puts: dict[str, int] = {}  # files put on each revision: a new commit each
 
     def put(self, path: str, data: bytes, *, revision: str = "main") -> None:
         self.revisions.setdefault(revision, {})[path] = data
+        self.puts[revision] = self.puts.get(revision, 0) + 1
 
     def commit(self, revision: str) -> str:
-        """The (made-up, stable) commit hash that ``revision`` points at."""
-        return hashlib.sha1(f"{self.kind}/{self.repo_id}@{revision}".encode()).hexdigest()
+        """The (made-up) commit hash that ``revision`` points at: stable until a file is
+        put on that revision, as a push moves a branch to a new commit."""
+        made = f"{self.kind}/{self.repo_id}@{revision}#{self.puts.get(revision, 0)}"
+        return hashlib.sha1(made.encode()).hexdigest()
 
     def files(self, revision: str) -> tuple[str, dict[str, bytes]] | None:
         """``(branch or tag, files)`` of a revision given by name or by commit hash."""

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import huggingface_hub
 import pytest
+from helpers import hf_fixtures
 from helpers.cloud_servers import HubServer
 from huggingface_hub import hf_hub_url  # bound now: tests hide the package from dataio
 
@@ -31,44 +30,11 @@ TOKEN = "hf_dataioTestTokenNeverShown"  # HubServer's token in conftest's ``hub`
 CONFIG = b'{"model_type": "gpt2"}'
 WEIGHTS = bytes(range(256)) * 20  # over HubServer's LFS threshold: served by the CDN
 
-
-@pytest.fixture(params=["huggingface_hub", "fallback"])
-def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, hub: HubServer) -> str:
-    """Each test runs with huggingface_hub importable, and with it hidden."""
-    if request.param == "fallback":
-        monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # import raises ImportError
-    else:  # as if HF_ENDPOINT was set before it was imported
-        constants = huggingface_hub.constants
-        template = hub.url + "/{repo_id}/resolve/{revision}/{filename}"
-        monkeypatch.setattr(constants, "ENDPOINT", hub.url)
-        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", template)
-    return str(request.param)
-
-
-@pytest.fixture(autouse=True)
-def no_telemetry(monkeypatch: pytest.MonkeyPatch) -> None:
-    """HF_HUB_DISABLE_TELEMETRY=1 for huggingface_hub, which read it at import: with
-    telemetry on it fetches an agent registry from its endpoint for its user agent."""
-    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_TELEMETRY", True)
-
-
-@pytest.fixture(autouse=True)
-def loopback_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """Fail any Python-level name lookup of a host other than the loopback."""
-    asked: list[str] = []
-    real = socket.getaddrinfo
-
-    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
-        name = host.decode() if isinstance(host, bytes) else str(host)
-        if name not in ("127.0.0.1", "localhost", "::1"):
-            asked.append(name)
-            raise OSError(f"test: no network beyond 127.0.0.1 ({name!r})")
-        return real(host, *args, **kwargs)
-
-    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
-    yield asked
-    assert not asked, f"something looked up {asked}"
+# the fixtures "mode" (huggingface_hub installed and hidden), "no_telemetry" and
+# "loopback_only" (both autouse), shared with test_hf_cache.py
+mode = hf_fixtures.mode
+no_telemetry = hf_fixtures.no_telemetry
+loopback_only = hf_fixtures.loopback_only
 
 
 @pytest.fixture
@@ -179,7 +145,8 @@ def test_uris_resolve_to_the_hubs_urls(
     expected: bytes | None,
 ) -> None:
     assert dio.read(uri) == (expected if expected is not None else b'{"owned": true}')
-    assert _resolves(hub_env) == [_hub_url(hub_env, repo_id, filename, **kwargs)]
+    # one GET (with huggingface_hub: its HEAD, then the GET into the shared cache)
+    assert set(_resolves(hub_env)) == {_hub_url(hub_env, repo_id, filename, **kwargs)}
 
 
 def test_gpt2_config_resolves_under_the_repository(hub_env: HubServer, mode: str) -> None:
@@ -298,9 +265,8 @@ def test_the_login_token_file_is_read(
     assert f"Bearer {TOKEN}" in _authorizations(hub_env)
 
 
-@pytest.mark.usefixtures("mode")
 def test_hf_token_wins_over_the_file_and_anonymous_over_both(
-    hub_env: HubServer, monkeypatch: pytest.MonkeyPatch
+    hub_env: HubServer, mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     uri = _private(hub_env)
     token_file = Path(os.environ["HF_HOME"]) / "token"
@@ -311,8 +277,18 @@ def test_hf_token_wins_over_the_file_and_anonymous_over_both(
     assert "Bearer hf_staleTokenFromTheFile" not in _authorizations(hub_env)
     dio.configure_credentials("hf", method="anonymous")
     with pytest.raises(AuthenticationError) as caught:
-        dio.read(uri)
+        dio.read(uri, offset=0, size=3)  # ranged reads ask the Hub
     assert TOKEN not in str(caught.value)
+    if mode == "fallback":
+        with pytest.raises(AuthenticationError):
+            dio.read(uri)
+        return
+    # the whole file came through the shared cache, which hf_hub_download serves when
+    # the Hub refuses the request (the oracle, asked anonymously too)
+    cached = huggingface_hub.hf_hub_download(
+        "org/secret", "w.txt", endpoint=hub_env.url, cache_dir=hf.cache_dir(), token=False
+    )
+    assert dio.read(uri) == Path(cached).read_bytes() == b"secret"
 
 
 # -- offline: the shared cache -------------------------------------------------------

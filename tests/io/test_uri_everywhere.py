@@ -74,17 +74,18 @@ def put(root: str, name: str, data: bytes) -> str:
 
 @pytest.fixture
 def fetched(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The sizes of the ranged reads made through the verbs from now on."""
+    """The sizes of the ranged reads made through the verbs from now on (``read`` and
+    ``RangedFile`` download ranges through ``verbs._download``)."""
     sizes: list[int] = []
-    real = verbs.read
+    real = verbs._download
 
-    def counting(uri: Any, **kwargs: Any) -> Any:
-        data = real(uri, **kwargs)
-        if kwargs.get("size") is not None or kwargs.get("offset") is not None:
+    def counting(loc: Any, uri: Any, **kwargs: Any) -> Any:
+        data = real(loc, uri, **kwargs)
+        if kwargs.get("size") is not None or kwargs.get("offset"):
             sizes.append(len(data))
         return data
 
-    monkeypatch.setattr(verbs, "read", counting)
+    monkeypatch.setattr(verbs, "_download", counting)
     return sizes
 
 
