@@ -171,6 +171,7 @@ class Loader:
             concurrency = per_batch * prefetch
         self._concurrency = int(concurrency)
         self._order = order
+        self._submit_order = order == "submit"
         self._seed = seed
         self._epoch = epoch
         self._consumed = 0
@@ -274,7 +275,6 @@ class Loader:
             raise DataioError("the loader is closed; call run() again for a new loader")
         if self._pass_ref() is not current:
             raise StopIteration  # finished, or superseded by a newer pass
-        executor = current.executor
         stats = current.stats
         if stats is not None:
             entered = perf_counter_ns()
@@ -282,21 +282,22 @@ class Loader:
                 stats.consumer_ns += entered - stats.last_return_ns
                 stats.last_return_ns = None
         try:
-            job = executor.next_job()
+            job = current.next_job()
             fetched = 0
             if stats is not None:
                 fetched = perf_counter_ns()
-                if executor.inline:  # the executor times its waits and reads otherwise
+                if current.executor.inline:  # the executor times its waits and reads otherwise
                     stats.source_ns += fetched - entered
             if job is None:
                 self._finish(current)
                 raise StopIteration
             self._fresh = False  # this pass delivered a batch: it now owns the epoch
-            if self._order == "submit":
-                self._consumed = max(self._consumed, job.end)
+            if self._submit_order:  # jobs in order: the last one delivered ends at its end
+                if job.end > self._consumed:
+                    self._consumed = job.end
             else:  # jobs arrive out of order: count what was delivered
                 self._consumed += job.size
-            last = executor.drained
+            last = current.executor.drained
             try:
                 item = self._deliver(job, current, fetched)
             except BatchFailedError:
@@ -626,6 +627,8 @@ class _Pass:
     ) -> None:
         self.loader = loader
         self.executor = executor
+        #: the executor's next_job, called per batch
+        self.next_job = executor.next_job_fn
         self.epoch = epoch
         self.stats = stats
         #: the number (in the epoch) of the next batch delivered
