@@ -164,25 +164,6 @@ class BatchJob:
         #: ``columns`` are the batch's columns as they are (no output rule left to apply)
         self.final = False
 
-    @classmethod
-    def of_columns(
-        cls,
-        positions: Sequence[int],
-        kernels: tuple[SlotKernel, ...],
-        end: int,
-        columns: dict[str, Any],
-        keys: Any,
-        *,
-        final: bool,
-        row_values: frozenset[str] = frozenset(),
-    ) -> BatchJob:
-        """A finished job of Arrow passthrough ``columns``: no buffers, no row tasks;
-        its per-row containers are read-only empties (see :class:`_ColumnsJob`)."""
-        job = _ColumnsJob.__new__(_ColumnsJob)
-        job.positions, job.kernels, job.end, job.size = positions, kernels, end, len(positions)
-        job.columns, job.keys, job.final, job.row_values = columns, keys, final, row_values
-        return job
-
     def allocate(self, pool: BufferPool | None) -> None:
         """Make the output buffers (and per-row lists) of the slots run row by row."""
         n = self.size
@@ -226,7 +207,7 @@ class BatchJob:
 
 
 class _ColumnsJob(BatchJob):
-    """A finished job of Arrow passthrough columns (:meth:`BatchJob.of_columns`).
+    """A finished job of Arrow passthrough columns (built by ``Executor._columns_job``).
 
     Its per-row parts are class constants, not per-job values: such a job is built for
     every batch of a passthrough pass (a few microseconds each), and setting twenty
@@ -457,15 +438,10 @@ class Executor:
             keys = None
         else:
             keys = key[at:stop] if isinstance(key, np.ndarray) else key.slice(at, n)
-        return BatchJob.of_columns(
-            positions,
-            self._kernels,
-            chunk.start + n,
-            columns,
-            keys,
-            final=final,
-            row_values=self._row_values,
-        )
+        job = _ColumnsJob.__new__(_ColumnsJob)  # (no __init__: its per-row parts are fixed)
+        job.positions, job.kernels, job.end, job.size = positions, self._kernels, chunk.start + n, n
+        job.columns, job.keys, job.final, job.row_values = columns, keys, final, self._row_values
+        return job
 
     def _cuts_of(self, parent: pa.RecordBatch) -> ColumnCuts | None:
         """The passthrough columns of ``parent`` as :meth:`_columns_job` slices them, its
