@@ -5,7 +5,7 @@ round by round, so load that comes and goes slows all of them alike). Run from t
 repository root::
 
     .venv/bin/python benchmarks/sources.py [--records N] [--rounds R] [--quick]
-        [--shard-samples N]
+        [--shard-samples N] [--records-only]
 
 Part 1, small in-memory records ``{"key": f"{i:08d}", "label": i % 1000, "text":
 f"sample {i}"}`` delivered as batches of 256 (the int labels and the string keys), no
@@ -733,6 +733,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--shard-samples", type=int, help=f"part 2 samples per shard (default {PER_SHARD:,})"
     )
+    parser.add_argument(
+        "--records-only",
+        action="store_true",
+        help="part 1's table, targets and ceiling only (no part 2, no profiles)",
+    )
     args = parser.parse_args(argv)
     args.records = args.records or (50_000 if args.quick else 1_000_000)
     args.rounds = args.rounds or (2 if args.quick else 5)
@@ -751,6 +756,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.quick:
         print("--quick: a smoke run; passes are short, so the numbers are not the result")
     rows, arrow = run_records(args.records, args.rounds)
+    if args.records_only:
+        return
     paths = run_shards(args.per_shard, args.rounds)
 
     subset = rows[: min(len(rows), PROFILE_RECORDS)]

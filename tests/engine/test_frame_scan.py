@@ -9,6 +9,9 @@ may report a read-ahead error early: the rest is then read on the pool).
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -148,3 +151,29 @@ def test_a_scanned_pass_left_early_ends_and_the_next_one_reads_everything(
     assert next(stream)[0] == 0
     stream.close()  # drops the scan reading ahead
     assert ids_of(frame) == list(range(6000))
+
+
+def test_a_forked_child_scans_after_the_parent_scanned(tmp_path: Path) -> None:
+    """A torch DataLoader worker forked after a scanned pass: Arrow's thread pool starts
+    afresh in the child, whose pass gives the parent's values (no hang)."""
+    path = write_groups(tmp_path / "t.parquet", [700] * 5)
+    frame = scan_parquet(str(path))
+    assert ids_of(frame) == list(range(3500))
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            code = 0 if ids_of(scan_parquet(str(path))) == list(range(3500)) else 3
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 60
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung")
+        time.sleep(0.05)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
