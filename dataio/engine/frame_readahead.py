@@ -235,10 +235,12 @@ class ReadAhead(FrameBlocks):
                     part = next(batches)
                     parts.append(part)
                     rows += part.num_rows
+                if rows != block.rows:  # not this row group's rows: read it on the pool
+                    break
                 table = pa.Table.from_batches(parts)
                 yield block, one_batch(self._conform(table, path), self._base)
                 done += 1
-        except (Exception, StopIteration):
+        except Exception:  # StopIteration included
             pass  # read what is left on the pool: its errors are raised where they are
         finally:
             del batches  # a scan dropped unfinished stops reading ahead
