@@ -405,14 +405,14 @@ def _arrow_rebatch(pieces: Iterator[Piece], size: int, drop_last: bool) -> Itera
         n = len(positions)
         at = 0
         while at < n:
-            take = min(size - have, n - at)
-            if take == size:  # a whole chunk inside one source batch: a plain slice
-                wanted = positions if take == n else positions[at : at + take]
+            if not have and at + size <= n:  # a whole chunk inside one source batch: a slice
+                wanted = positions if size == n else positions[at : at + size]
                 # (positional arguments: keywords cost a tenth of a passthrough batch)
                 yield Chunk(start, wanted, None, None, batch, at)  # sliced when needed
                 start += size
-                at += take
+                at += size
                 continue
+            take = min(size - have, n - at)
             if at == 0 and take == n:
                 held.append((positions, batch))
             else:
