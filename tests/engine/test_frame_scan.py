@@ -106,7 +106,7 @@ def test_a_damaged_row_group_is_raised_after_the_rows_before_it(
 ) -> None:
     # with 6 read ahead, Arrow reports the damage before delivering the row groups
     # before it: those are read again on the pool, and the error comes at its place
-    monkeypatch.setattr(frame_readahead, "READ_AHEAD", ahead)
+    monkeypatch.setattr(frame_readahead, "SCAN_AHEAD", ahead)
     # (saved for the fuzz replay as fuzz/corpus/parquet/damaged-page-header-in-row-group-5)
     path = damaged_file(tmp_path / "damaged.parquet", [500] * 8, bad=5)
     ids: list[int] = []
