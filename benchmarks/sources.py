@@ -5,7 +5,7 @@ round by round, so load that comes and goes slows all of them alike). Run from t
 repository root::
 
     .venv/bin/python benchmarks/sources.py [--records N] [--rounds R] [--quick]
-        [--shard-samples N]
+        [--shard-samples N] [--records-only]
 
 Part 1, small in-memory records ``{"key": f"{i:08d}", "label": i % 1000, "text":
 f"sample {i}"}`` delivered as batches of 256 (the int labels and the string keys), no
@@ -27,7 +27,9 @@ decoding: the cost is the source and the engine, nothing else.
 Targets (issue #14), judged against ``DataLoader nw=0`` over the list of dicts: Arrow and
 frame sources >= 10x, the list of dicts >= 1.5x. Shuffled passes (the list, the Arrow
 table and the frame, each ``.shuffle(seed=0)``) against ``DataLoader nw=0 shuffle``: the
-list >= 1.5x, the Arrow table >= 5x.
+list >= 1.5x, the Arrow table >= 5x. Part 1 ends with the parquet frame's ceiling on
+this machine and the CPU per pass of the Arrow sources' loaders (process and consumer
+thread: steadier than rates on a shared machine). ``--records-only`` stops there.
 
 Part 2, WebDataset tar shards of small ``.jpg``-like payloads and ``.cls`` labels, read
 and batched by 256 without decoding: ``dataio.webdataset`` vs the ``webdataset`` package
@@ -42,6 +44,7 @@ columns with pyarrow and through a projected frame). Nothing here asserts on tim
 from __future__ import annotations
 
 import argparse
+import gc
 import io
 import tarfile
 import time
@@ -85,6 +88,7 @@ PROFILE_RECORDS = 200_000
 PROFILE_TOP = 14
 ROW_GROUP = 64 * 1024
 FLOOR_PASSES = 3  # the floors report the fastest pass (a first pass opens files, plans)
+CPU_PASSES = 7  # passes of each Arrow source timed in CPU seconds
 # issue #14's targets, as multiples of DataLoader(num_workers=0) over the list of dicts
 TARGET_ARROW = 10.0
 TARGET_LIST = 1.5
@@ -372,6 +376,28 @@ def parquet_ceiling(path: Path, contenders: Sequence[Contender]) -> str:
         f"{cores} cores a pass takes >= {floor * 1e3:.0f} ms, at most "
         f"{median(base.seconds) / floor:.1f}x DataLoader nw=0"
     )
+
+
+def cpu_lines(sources: dict[str, Callable[[], Any]], passes: int = CPU_PASSES) -> list[str]:
+    """CPU per pass of each Arrow source's loader: the process's (all threads) and the
+    consumer thread's, min and median over ``passes`` passes. Less noisy than rates on a
+    shared machine: other processes' load barely changes the CPU a pass needs."""
+    lines = []
+    fields = ("label", "key")
+    for name, make in sources.items():
+        process, consumer = [], []
+        for _ in range(passes):
+            gc.collect()
+            start, mine = time.process_time(), time.thread_time()
+            count_pass(dataio_batches(make(), fields))
+            process.append(time.process_time() - start)
+            consumer.append(time.thread_time() - mine)
+        lines.append(
+            f"  {name:<22} process {min(process) * 1e3:5.1f} ms (median "
+            f"{median(process) * 1e3:5.1f}), consumer thread {min(consumer) * 1e3:5.1f} ms "
+            f"(median {median(consumer) * 1e3:5.1f})"
+        )
+    return lines
 
 
 # -- part 2: WebDataset shards ----------------------------------------------------------
@@ -682,6 +708,8 @@ def run_records(count: int, rounds: int) -> tuple[list[dict[str, Any]], dict[str
     print("targets (issue #14), on the medians:")
     print("\n".join(arrow_targets(contenders)))
     print(parquet_ceiling(path, contenders))
+    print(f"CPU per pass (process_time, thread_time; min and median of {CPU_PASSES} passes):")
+    print("\n".join(cpu_lines(arrow)))
     print(
         f"rank {SHARD['id']}/{SHARD['of']} rows deliver a quarter of the records: an indexed "
         "source reads only the rank's positions, a stream reads every record and keeps a "
@@ -733,6 +761,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--shard-samples", type=int, help=f"part 2 samples per shard (default {PER_SHARD:,})"
     )
+    parser.add_argument(
+        "--records-only",
+        action="store_true",
+        help="part 1's table, targets and ceiling only (no part 2, no profiles)",
+    )
     args = parser.parse_args(argv)
     args.records = args.records or (50_000 if args.quick else 1_000_000)
     args.rounds = args.rounds or (2 if args.quick else 5)
@@ -751,6 +784,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.quick:
         print("--quick: a smoke run; passes are short, so the numbers are not the result")
     rows, arrow = run_records(args.records, args.rounds)
+    if args.records_only:
+        return
     paths = run_shards(args.per_shard, args.rounds)
 
     subset = rows[: min(len(rows), PROFILE_RECORDS)]

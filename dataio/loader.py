@@ -171,6 +171,7 @@ class Loader:
             concurrency = per_batch * prefetch
         self._concurrency = int(concurrency)
         self._order = order
+        self._submit_order = order == "submit"
         self._seed = seed
         self._epoch = epoch
         self._consumed = 0
@@ -274,7 +275,6 @@ class Loader:
             raise DataioError("the loader is closed; call run() again for a new loader")
         if self._pass_ref() is not current:
             raise StopIteration  # finished, or superseded by a newer pass
-        executor = current.executor
         stats = current.stats
         if stats is not None:
             entered = perf_counter_ns()
@@ -282,23 +282,40 @@ class Loader:
                 stats.consumer_ns += entered - stats.last_return_ns
                 stats.last_return_ns = None
         try:
-            job = executor.next_job()
+            job = current.next_job()
             fetched = 0
             if stats is not None:
                 fetched = perf_counter_ns()
-                if executor.inline:  # the executor times its waits and reads otherwise
+                if current.executor.inline:  # the executor times its waits and reads otherwise
                     stats.source_ns += fetched - entered
             if job is None:
                 self._finish(current)
                 raise StopIteration
             self._fresh = False  # this pass delivered a batch: it now owns the epoch
-            if self._order == "submit":
-                self._consumed = max(self._consumed, job.end)
+            if self._submit_order:  # jobs in order: the last one delivered ends at its end
+                if job.end > self._consumed:
+                    self._consumed = job.end
             else:  # jobs arrive out of order: count what was delivered
                 self._consumed += job.size
-            last = executor.drained
+            last = current.executor.drained
+            # the item, built here: a passthrough batch costs a few microseconds, and a
+            # call more is a few percent of it
+            number = current.batches
+            current.batches = number + 1
+            rejects = self._rejects
+            rejects.batch = number  # the bad rows of this batch are recorded under it
+            rejects.rows += job.size
+            rejects.batches += 1
             try:
-                item = self._deliver(job, current, fetched)
+                if stats is not None:
+                    stats.batches += 1
+                    stats.rows += job.size
+                    item = self._build_timed(job, current.epoch, number, stats, fetched)
+                else:
+                    item = assemble(job, self._policy, self._unstacked)
+                    item.pixels = self._pixels
+                    if not self._plain:  # numpy output, no batch transforms or maps: as built
+                        item = self._export(item, current.epoch)
             except BatchFailedError:
                 # a failed batch is consumed like any other: the pass goes on (or, when
                 # it was the last one, ends)
@@ -343,26 +360,6 @@ class Loader:
         mine = rounds + (1 if rest and self.shard.pad else 0)
         return mine // shape.size if shape.drop_last else math.ceil(mine / shape.size)
 
-    def _deliver(self, job: Any, current: _Pass, fetched: int) -> Any:
-        """Build the item; ``fetched``: when the job was taken (stats on)."""
-        number = current.batches
-        current.batches = number + 1
-        # the rejects log's count, inline: a passthrough batch costs a few microseconds
-        rejects = self._rejects
-        rejects.batch = number  # the bad rows of this batch are recorded under it
-        rejects.rows += job.size
-        rejects.batches += 1
-        stats = current.stats
-        if stats is not None:
-            stats.batches += 1
-            stats.rows += job.size
-            return self._build_timed(job, current.epoch, number, stats, fetched)
-        batch = assemble(job, self._policy, self._unstacked)
-        batch.pixels = self._pixels
-        if self._plain:  # numpy output, no batch transforms or maps: the batch as built
-            return batch
-        return self._export(batch, current.epoch)
-
     def _export(self, batch: Any, epoch: int) -> Any:
         """The item of an assembled batch: batch transforms, output, batch maps."""
         if self.plan.batch_ops:
@@ -381,7 +378,8 @@ class Loader:
     def _build_timed(
         self, job: Any, epoch: int, number: int, stats: PassStats, fetched: int
     ) -> Any:
-        """:meth:`_deliver`'s build, timing each step and recording the batch's lineage."""
+        """The item built by :meth:`_next_of` with stats on, timing each step and recording the
+        batch's lineage; ``fetched``: when the job was taken."""
         try:
             batch = assemble(job, self._policy, self._unstacked)
         finally:
@@ -626,6 +624,8 @@ class _Pass:
     ) -> None:
         self.loader = loader
         self.executor = executor
+        #: the executor's next_job, called per batch
+        self.next_job = executor.next_job_fn
         self.epoch = epoch
         self.stats = stats
         #: the number (in the epoch) of the next batch delivered

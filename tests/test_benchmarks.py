@@ -19,7 +19,12 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = {
     "sources.py": (
         ["--quick", "--records", "3000", "--rounds", "1", "--shard-samples", "40"],
-        ["dataio list ", "dataio parquet frame", "target dataio list vs DataLoader nw=0"],
+        [
+            "dataio list ",
+            "dataio parquet frame",
+            "target dataio list vs DataLoader nw=0",
+            "CPU per pass",
+        ],
     ),
     "frame_training.py": (
         ["--quick", "--images", "12", "--rounds", "1"],

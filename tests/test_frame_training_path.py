@@ -21,12 +21,14 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 from helpers.resume import check_resume, stream
 
 import dataio
 from dataio import col
+from dataio.engine import frame_readahead
 from dataio.engine.columns import arrow_column
 from dataio.exceptions import PlanError
 
@@ -63,7 +65,8 @@ def group_of(position: int) -> tuple[str, int]:
 
 @pytest.fixture
 def row_group_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
-    """Every (file name, row group) that ``ParquetFile`` decodes, by any of its readers."""
+    """Every (file name, row group) that ``ParquetFile`` decodes, by any of its readers,
+    or that a sequential pass gives Arrow's scan to decode."""
     reads: list[tuple[str, int]] = []
     init = pq.ParquetFile.__init__
     many = pq.ParquetFile.read_row_groups
@@ -89,10 +92,17 @@ def row_group_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
         reads.extend((self._counted_name, int(i)) for i in groups)  # type: ignore[attr-defined]
         return batches(self, *args, **kwargs)
 
+    class RecordedFormat:  # Arrow's scans of a sequential pass (frame_readahead)
+        def make_fragment(self, path: str, *args: Any, row_groups: Any, **kwargs: Any) -> Any:
+            reads.extend((Path(path).name, int(i)) for i in row_groups)
+            scans = ds.ParquetFileFormat()
+            return scans.make_fragment(path, *args, row_groups=row_groups, **kwargs)
+
     monkeypatch.setattr(pq.ParquetFile, "__init__", record_init)
     monkeypatch.setattr(pq.ParquetFile, "read_row_groups", record_many)
     monkeypatch.setattr(pq.ParquetFile, "read_row_group", record_one)
     monkeypatch.setattr(pq.ParquetFile, "iter_batches", record_batches)
+    monkeypatch.setattr(frame_readahead, "_parquet_format", RecordedFormat)
     return reads
 
 

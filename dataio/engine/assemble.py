@@ -228,13 +228,9 @@ def assemble(
     if job.arrow and not job.readers and not by_row:
         # passthrough columns of Arrow rows: the common case, kept short
         columns = job.columns
-        return Batch(
-            columns if job.final else {k.name: arrow_column(columns[k.name]) for k in kernels},
-            keys=job.keys,
-            indices=job.positions,
-            sizes=job.sizes,  # type: ignore[arg-type]
-            row_values=row_values,
-        )
+        if not job.final:
+            columns = {k.name: arrow_column(columns[k.name]) for k in kernels}
+        return Batch.of_columns(columns, job.keys, job.positions, row_values, {})
     if job.values:
         _mark_odd_shapes(job, by_row, unstacked)
     if not by_row:

@@ -57,12 +57,23 @@ __all__ = ["BatchJob", "Executor", "record_rng"]
 #: and the passthrough slot reading it ("" if none)
 ArrowLayout = tuple[list[tuple[str, int]], list[tuple[str, int]], int, str]
 
+#: per parent batch: its passthrough slots' (slot, whole column, is NumPy), the key
+#: column (``None`` if none, or a passthrough slot's), the passthrough slot holding the
+#: keys ("" if none), and whether every slice is final (see :class:`BatchJob`)
+ColumnCuts = tuple[list[tuple[str, Any, bool]], Any, str, bool]
+
 #: Media rows of an Arrow batch run on the pool up to this many per task. A task per row
 #: costs the consumer and the pool ~20-50 us (future, locks, done callback, GIL handoffs):
 #: for 2,000 photos that is ~5% of the decode work, which a frame otherwise spends reading
 #: its row groups (issue #14's frame >= 0.95x files target). Rows are still processed, and
 #: their errors recorded, one by one.
 ARROW_ROWS_PER_TASK = 8
+
+
+#: the per-row containers of a job that has none (read-only: a write would be a bug)
+_NONE: Any = MappingProxyType({})
+#: the fatal errors of a job that has none (read-only)
+_NO_FATAL: Any = ()
 
 
 def record_rng(seed: int, epoch: int, index: int, slot_number: int) -> np.random.Generator:
@@ -153,23 +164,6 @@ class BatchJob:
         #: ``columns`` are the batch's columns as they are (no output rule left to apply)
         self.final = False
 
-    @classmethod
-    def of_columns(
-        cls, positions: Sequence[int], kernels: tuple[SlotKernel, ...], end: int
-    ) -> BatchJob:
-        """A finished job of Arrow passthrough columns (filled in by the caller): no
-        buffers, no row tasks; its per-row containers are read-only empties."""
-        job = cls.__new__(cls)
-        job.positions, job.records, job.batch, job.kernels = positions, None, None, kernels
-        job.end, job.size, job.remaining, job.done = end, len(positions), 0, True
-        job.arrow, job.final, job.keys, job.columns = True, False, None, {}
-        job.buffers = job.values = job.readers = job.sizes = job.errors = job.inactive = _NONE
-        job.pending = _NONE
-        job.fatal = []
-        job.stages = None
-        job.row_values = frozenset()
-        return job
-
     def allocate(self, pool: BufferPool | None) -> None:
         """Make the output buffers (and per-row lists) of the slots run row by row."""
         n = self.size
@@ -210,6 +204,23 @@ class BatchJob:
     def nbytes(self) -> int:
         """Bytes held by the preallocated buffers."""
         return sum(b.nbytes for b in self.buffers.values())
+
+
+class _ColumnsJob(BatchJob):
+    """A finished job of Arrow passthrough columns (built by ``Executor._columns_job``).
+
+    Its per-row parts are class constants, not per-job values: such a job is built for
+    every batch of a passthrough pass (a few microseconds each), and setting twenty
+    attributes was a tenth of that. Writing one of them raises ``AttributeError``.
+    """
+
+    __slots__ = ()
+
+    records = batch = stages = None
+    arrow = done = True
+    remaining = 0
+    buffers = values = readers = sizes = errors = inactive = pending = _NONE
+    fatal = _NO_FATAL
 
 
 def _field_bytes(value: Any, kernel: SlotKernel) -> bytes | bytearray | memoryview:
@@ -277,7 +288,7 @@ class Executor:
         self._schema: pa.Schema | None = None  # the schema self._layout was made for
         self._layout: ArrowLayout | None = None
         self._parent: pa.RecordBatch | None = None  # the source batch chunks are slices of
-        self._parent_cache: dict[int, tuple[Any, bool]] = {}
+        self._cuts: ColumnCuts | None = None  # ...and how its passthrough columns slice
         self._queue: deque[tuple[BatchJob, range]] = deque()
         self._running: set[concurrent.futures.Future[None]] = set()
         self._lock = threading.Lock()
@@ -287,10 +298,16 @@ class Executor:
 
     def next_job(self) -> BatchJob | None:
         """Return the next finished job, or ``None`` when the source is exhausted."""
+        return self._next_inline() if self._inline else self._next_pooled()
+
+    @property
+    def next_job_fn(self) -> Callable[[], BatchJob | None]:
+        """:meth:`next_job` without its dispatch, for a consumer calling it per batch."""
+        return self._next_inline if self._inline else self._next_pooled
+
+    def _next_pooled(self) -> BatchJob | None:
         if self._closed:
             raise DataioError("the loader is closed; start a new run() to iterate again")
-        if self._inline:
-            return self._next_inline()
         self._fill()
         stats = self._stats
         with self._cond:
@@ -318,6 +335,8 @@ class Executor:
         A source error met while reading ahead is raised by the next call, after the
         batch already built was delivered.
         """
+        if self._closed:
+            raise DataioError("the loader is closed; start a new run() to iterate again")
         if self._deferred is not None:
             error, self._deferred = self._deferred, None
             raise error
@@ -327,8 +346,11 @@ class Executor:
         if chunk is None:
             self._exhausted = True
             return None
-        job = self._job(chunk)
-        if job.arrow:  # passthrough columns of Arrow rows: taken whole already
+        parent = chunk.parent
+        job = None if parent is None else self._columns_job(chunk, parent)
+        if job is not None:  # passthrough columns sliced from a parent batch: done
+            pass
+        elif (job := self._job(chunk)).arrow:  # passthrough columns: taken whole already
             job.remaining, job.done = 0, True
         elif self._stats is None:
             self._run_rows(job, range(job.size))
@@ -396,41 +418,50 @@ class Executor:
     def _columns_job(self, chunk: Chunk, parent: pa.RecordBatch) -> BatchJob | None:
         """A passthrough job over a slice of ``parent``, its columns sliced from columns
         taken from ``parent`` once; ``None`` when the rows must be Python records."""
-        layout = self._layout_of(parent.schema)  # one schema object per parent
+        if parent is not self._parent:
+            self._parent, self._cuts = parent, self._cuts_of(parent)
+        cuts = self._cuts
+        if cuts is None:
+            return None
+        slicers, key, key_slot, final = cuts
+        at = chunk.offset
+        positions = chunk.positions
+        n = len(positions)
+        stop = at + n
+        columns = {}
+        # a NumPy column slices as a view; an Arrow column by offset and length
+        for name, whole, numpy in slicers:
+            columns[name] = whole[at:stop] if numpy else whole.slice(at, n)
+        if key_slot:
+            keys = columns[key_slot]
+        elif key is None:
+            keys = None
+        else:
+            keys = key[at:stop] if isinstance(key, np.ndarray) else key.slice(at, n)
+        job = _ColumnsJob.__new__(_ColumnsJob)  # (no __init__: its per-row parts are fixed)
+        job.positions, job.kernels, job.end, job.size = positions, self._kernels, chunk.start + n, n
+        job.columns, job.keys, job.final, job.row_values = columns, keys, final, self._row_values
+        return job
+
+    def _cuts_of(self, parent: pa.RecordBatch) -> ColumnCuts | None:
+        """The passthrough columns of ``parent`` as :meth:`_columns_job` slices them, its
+        key column, and whether every slice is the batch's column as is (see
+        :func:`arrow_column`); ``None`` when the rows must be Python records."""
+        layout = self._layout_of(parent.schema)
         if layout is None:
             return None
         passthrough, _, key, key_slot = layout
-        if parent is not self._parent:
-            self._parent, self._parent_cache = parent, {}
-        job = BatchJob.of_columns(chunk.positions, self._kernels, chunk.end)
-        job.row_values = self._row_values
-        n, at = job.size, chunk.offset
-        columns = job.columns
+        slicers: list[tuple[str, Any, bool]] = []
         final = True
         for name, index in passthrough:
-            if index < 0:
-                columns[name] = _nulls(n)
-                continue
-            columns[name], done = self._slice(index, at, n)
-            final = final and done
-        if key >= 0:
-            job.keys = columns[key_slot] if key_slot else self._slice(key, at, n)[0]
-        job.final = final
-        return job
-
-    def _slice(self, index: int, offset: int, n: int) -> tuple[Any, bool]:
-        """Rows ``offset:offset+n`` of column ``index`` of the current parent batch, taken
-        from it once (numeric columns as NumPy already, as :func:`arrow_column` gives),
-        and whether the slice is the batch's column as is (see :func:`arrow_column`)."""
-        cached = self._parent_cache.get(index)
-        if cached is None:
-            assert self._parent is not None
-            whole = arrow_column(self._parent.column(index))
-            cached = self._parent_cache[index] = (whole, _stays_arrow(whole))
-        whole, final = cached
-        if isinstance(whole, np.ndarray):
-            return whole[offset : offset + n], True
-        return whole.slice(offset, n), final
+            # numeric columns become NumPy once per parent, as arrow_column gives them
+            whole = arrow_column(parent.column(index)) if index >= 0 else _nulls(parent.num_rows)
+            final = final and _stays_arrow(whole)
+            slicers.append((name, whole, isinstance(whole, np.ndarray)))
+        keys = None
+        if key >= 0 and not key_slot:
+            keys = arrow_column(parent.column(key))
+        return slicers, keys, key_slot, final
 
     def _arrow_layout(self, schema: pa.Schema) -> ArrowLayout | None:
         """Where each slot's column is in ``schema``; ``None`` when rows must be Python:
@@ -787,10 +818,6 @@ def _undocumented(exc: Exception) -> DecodeError:
     error = DecodeError(f"{type(exc).__name__}: {exc}")
     error.__cause__ = exc
     return error
-
-
-#: the per-row containers of a job that has none (read-only: a write would be a bug)
-_NONE: Any = MappingProxyType({})
 
 
 def _stays_arrow(column: Any) -> bool:

@@ -76,29 +76,41 @@ class BlockReaders:
         and the columns to read."""
         import pyarrow.parquet as pq
 
+        path = self.addressed.scan.files[file]
+        for index in indices:
+            self._check_decoded(file, index)
+        # Read on the pool (one thread per row group, no Arrow threads to oversubscribe
+        # the cores), a memory map saves a copy: row groups of JPEGs read ~15% faster
+        metadata = self._metadata[file]
+        return pq.ParquetFile(path, metadata=metadata, memory_map=pooled), self._columns_in(file)
+
+    def _check_decoded(self, file: int, index: int) -> None:
+        """Refuse row group ``index`` of file ``file`` when decoding the frame's columns
+        of it would exceed ``limits.max_decoded_bytes`` (as its footer declares)."""
         from dataio import limits
 
         scan = self.addressed.scan
-        path = scan.files[file]
-        metadata = self._metadata[file]
         wanted = self._file_columns()
-        for index in indices:
-            group = metadata.row_group(index)
-            size = sum(
-                group.column(j).total_uncompressed_size
-                for j in range(group.num_columns)
-                if wanted is None or group.column(j).path_in_schema.split(".")[0] in wanted
-            )
-            limits.check(
-                "max_decoded_bytes",
-                size,
-                what=f"{scan.label()}: row group {index} of {path!r} ({size} bytes decoded)",
-            )
-        names = set(metadata.schema.to_arrow_schema().names)
-        columns = None if wanted is None else [c for c in wanted if c in names]
-        # Read on the pool (one thread per row group, no Arrow threads to oversubscribe
-        # the cores), a memory map saves a copy: row groups of JPEGs read ~15% faster
-        return pq.ParquetFile(path, metadata=metadata, memory_map=pooled), columns
+        group = self._metadata[file].row_group(index)
+        size = sum(
+            group.column(j).total_uncompressed_size
+            for j in range(group.num_columns)
+            if wanted is None or group.column(j).path_in_schema.split(".")[0] in wanted
+        )
+        path = scan.files[file]
+        limits.check(
+            "max_decoded_bytes",
+            size,
+            what=f"{scan.label()}: row group {index} of {path!r} ({size} bytes decoded)",
+        )
+
+    def _columns_in(self, file: int) -> list[str] | None:
+        """The frame's file columns that Parquet file ``file`` has (``None``: all)."""
+        wanted = self._file_columns()
+        if wanted is None:
+            return None
+        names = set(self._metadata[file].schema.to_arrow_schema().names)
+        return [c for c in wanted if c in names]
 
     def _read_feather(self, file: int, indices: list[int]) -> list[pa.Table]:
         import pyarrow as pa

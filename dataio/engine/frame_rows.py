@@ -10,9 +10,10 @@ batches (from a memory map, no copy for uncompressed files). Shuffles permute po
 ranges (:meth:`FrameRows.shard_positions`), so neither reads the whole frame. A pass in
 position order (unshuffled, or a rank's run) streams whole blocks instead
 (:meth:`FrameRows.stream_run`), reading the next
-:data:`~dataio.engine.frame_readahead.READ_AHEAD` on dataio's pool while
-the caller delivers this one. Columns that compute values (``col("x") * 2``, an op chain)
-are evaluated by DataFusion on each batch read, after the read.
+:data:`~dataio.engine.frame_readahead.READ_AHEAD` (with Arrow's threads or on
+dataio's pool) while the caller delivers this one. Columns that compute values
+(``col("x") * 2``, an op chain) are evaluated by DataFusion on each batch read, after
+the read.
 
 Filters, joins, SQL, sorts and aggregates change which rows exist or their order; those
 frames, remote ones (``s3://`` and other object stores: their scans are

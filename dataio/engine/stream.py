@@ -118,7 +118,6 @@ class Chunk:
         positions: Sequence[int],
         records: list[Any] | None = None,
         batch: pa.RecordBatch | None = None,
-        *,
         parent: pa.RecordBatch | None = None,
         offset: int = 0,
     ) -> None:
@@ -275,7 +274,7 @@ def _arrow_blocks(
         rows = source.take_batch(at)
         for offset in range(0, len(wanted), size):
             mine = wanted[offset : offset + size]
-            yield Chunk(block + offset, mine, parent=rows, offset=offset)  # sliced when needed
+            yield Chunk(block + offset, mine, None, None, rows, offset)  # sliced when needed
 
 
 def _leading_run(positions: Sequence[int]) -> range | None:
@@ -296,6 +295,7 @@ def _streamed_chunks(
     index = first
     carry: list[pa.RecordBatch] = []
     held = 0
+    ranged = isinstance(positions, range)  # a range slices into a range: kept as is
     for _, batch in stream(run[first], run[stop - 1] + 1):
         offset, n = 0, batch.num_rows
         if carry:
@@ -309,7 +309,8 @@ def _streamed_chunks(
             )
             index, carry, held = index + size, [], 0
         while offset + size <= n:
-            yield Chunk(index, _plain(positions[index : index + size]), parent=batch, offset=offset)
+            wanted = positions[index : index + size]
+            yield Chunk(index, wanted if ranged else _plain(wanted), None, None, batch, offset)
             index += size
             offset += size
         if offset < n:
@@ -404,13 +405,14 @@ def _arrow_rebatch(pieces: Iterator[Piece], size: int, drop_last: bool) -> Itera
         n = len(positions)
         at = 0
         while at < n:
-            take = min(size - have, n - at)
-            if take == size:  # a whole chunk inside one source batch: a plain slice
-                wanted = positions if take == n else positions[at : at + take]
-                yield Chunk(start, wanted, parent=batch, offset=at)  # sliced when needed
+            if not have and at + size <= n:  # a whole chunk inside one source batch: a slice
+                wanted = positions if size == n else positions[at : at + size]
+                # (positional arguments: keywords cost a tenth of a passthrough batch)
+                yield Chunk(start, wanted, None, None, batch, at)  # sliced when needed
                 start += size
-                at += take
+                at += size
                 continue
+            take = min(size - have, n - at)
             if at == 0 and take == n:
                 held.append((positions, batch))
             else:

@@ -1,7 +1,9 @@
 """Sequential frame passes (``FrameRows.stream_run``, ``stream._streamed_chunks``): whole
-row groups read ahead on dataio's pool and cut into batches. Values, order, shards and
-resume against pyarrow's own read of the files; the read-ahead bound; nothing left on the
-pool after a pass is abandoned; an error in a later row group raised when reached."""
+row groups read ahead (with Arrow's threads or on dataio's pool) and cut into batches.
+Values, order, shards and resume against pyarrow's own read of the files; for reads on
+the pool (Feather blocks here), the read-ahead bound, nothing left on the pool after a
+pass is abandoned and an error in a later block raised when reached (Arrow's scans of
+Parquet row groups: tests/engine/test_frame_scan.py)."""
 
 from __future__ import annotations
 
@@ -193,7 +195,7 @@ def wait_for(condition: Any) -> None:
 
 
 def test_reads_ahead_are_bounded(files: dict[str, Any], gated_reads: dict[str, Any]) -> None:
-    rows = rows_of(frame_of(files, "parquet"))
+    rows = rows_of(frame_of(files, "feather"))
     stream = rows.stream_run(0, TOTAL)
     next(stream)
     wait_for(lambda: gated_reads["started"] == 1 + READ_AHEAD)
@@ -209,7 +211,7 @@ def test_closing_a_loader_mid_pass_leaves_no_reads(
     files: dict[str, Any], gated_reads: dict[str, Any]
 ) -> None:
     # batches of 10: the first two (the loader reads one ahead) lie in row group 0
-    loader = plan(10).bind(frame_of(files, "parquet")).run("numpy")
+    loader = plan(10).bind(frame_of(files, "feather")).run("numpy")
     batches = iter(loader)  # held: its pass is not collected, the loader must end it
     next(batches)
     assert reads_in_flight() > 0  # the next row groups are being read
@@ -232,7 +234,7 @@ def test_closing_a_stream_cancels_queued_reads(
     monkeypatch.setattr(pool, "_pool", one)
     monkeypatch.setattr(frame_readahead, "READ_AHEAD", 4)
     try:
-        rows = rows_of(frame_of(files, "parquet"))
+        rows = rows_of(frame_of(files, "feather"))
         stream = rows.stream_run(0, TOTAL)
         next(stream)  # block 0 read; block 1 waits at the gate, blocks 2..4 are queued
         wait_for(lambda: gated_reads["started"] == 2)
@@ -259,7 +261,7 @@ def test_an_error_ahead_is_raised_when_reached(
 
     monkeypatch.setattr(FrameRows, "_read_block", failing)
     ids: list[int] = []
-    loader = plan(10).bind(frame_of(files, "parquet")).run("numpy")
+    loader = plan(10).bind(frame_of(files, "feather")).run("numpy")
     with loader, pytest.raises(FormatError, match="damaged"):
         for batch in loader:
             ids.extend(batch["id"].tolist())
