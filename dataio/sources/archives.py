@@ -39,6 +39,7 @@ from dataio.exceptions import (
 from dataio.io import zipmember
 from dataio.io.errors import call
 from dataio.io.local import open_regular
+from dataio.io.ranged import Pin
 from dataio.io.spans import SpanReader
 from dataio.io.tar import Blocks, SeekBlocks, checked_tarinfo, read_member, walk
 from dataio.io.uri import parse
@@ -155,12 +156,19 @@ _AHEAD = 512
 
 
 class _Archive:
-    """One archive, local or remote: its length, reads at offsets, streams over spans."""
+    """One archive, local or remote: its length, reads at offsets, streams over spans.
+
+    Every remote read of one :class:`_Archive` (its header walk, its spans, all their
+    windows) reads one version of the object, :attr:`pin`: the size its ``head`` gave
+    (when one was asked) and the ETag of the first response; an overwrite meanwhile is
+    a :class:`~dataio.TransportError` naming the URI.
+    """
 
     def __init__(self, uri: str) -> None:
         self.uri = uri
         self.loc = parse(uri)
         self.local = self.loc.scheme == "file"
+        self.pin = Pin(uri)
         self._size: int | None = None
         self.observed: int | None = None  # the size the last ranged GET reported
         self.reader: SpanReader | None = None  # the pass's read-ahead, when it has one
@@ -192,6 +200,8 @@ class _Archive:
 
         meta = head(self.uri)
         self._size = int(meta["size"])
+        if self.pin.size is None:  # reads of another size are another version
+            self.pin.size = self._size
         return f"{meta['size']}:{meta['etag']}"
 
     def open_local(self) -> tuple[Any, int]:
@@ -208,7 +218,7 @@ class _Archive:
             return (
                 lambda offset, n: call(lambda: os.pread(fd, n, offset), self.uri, "archive")
             ), file.close
-        from dataio.io.verbs import read
+        from dataio.io.verbs import _download
 
         held: list[Any] = [0, b""]  # a read-ahead window: a header walk reads small pieces
 
@@ -219,7 +229,8 @@ class _Archive:
             total = self.size()
             if offset >= total:
                 return b""
-            window = read(self.uri, offset=offset, size=min(max(n, _AHEAD), total - offset))
+            size = min(max(n, _AHEAD), total - offset)
+            window = bytes(_download(self.loc, self.uri, offset=offset, size=size, pin=self.pin))
             held[:] = [offset, window]
             return bytes(window[:n])
 
@@ -295,7 +306,7 @@ def _remote_span(archive: _Archive, start: int, stop: int) -> Iterator[Any]:
         archive.observed = size
 
     try:
-        yield from reader.pieces(archive.uri, start, stop, seen=seen)
+        yield from reader.pieces(archive.uri, start, stop, seen=seen, pin=archive.pin)
     finally:
         if archive.reader is None:
             reader.close()
@@ -310,7 +321,7 @@ def _plan(reader: SpanReader, archive: _Archive, span: Any) -> None:
 
     entry = cache.entry_path(archive.loc)
     if entry is None or not entry.exists():
-        reader.then(archive.uri, span)
+        reader.then(archive.uri, span, pin=archive.pin)
 
 
 def _whole(archive: _Archive) -> tuple[int, int]:
