@@ -5,7 +5,9 @@ Members are grouped into one record per sample key, WebDataset style: for a memb
 sample must be adjacent, as WebDataset writers produce them.
 
 Archives are local paths or URIs (``s3://``, ``gs://``, ``az://``, ``hf://``,
-``http(s)://``); a remote tar is read as a stream of ranged requests, never held whole.
+``http(s)://``); a remote tar is read as a stream of ranged requests, never held whole,
+and a remote zip by ranges (:class:`~dataio.io.ranged.RangedFile`), each of one version
+of its object (an overwrite mid-read is a :class:`~dataio.TransportError`).
 Sharded passes (``run(shard=...)``) over plain tar shards give each rank a contiguous
 run of the samples, shards whole where the run covers them, so each rank reads about
 ``1/world`` of the bytes (see :meth:`ArchiveSource.shard_records`).
@@ -39,7 +41,7 @@ from dataio.exceptions import (
 from dataio.io import zipmember
 from dataio.io.errors import call
 from dataio.io.local import open_regular
-from dataio.io.ranged import Pin
+from dataio.io.ranged import Pin, RangedFile
 from dataio.io.spans import SpanReader
 from dataio.io.tar import Blocks, SeekBlocks, checked_tarinfo, read_member, walk
 from dataio.io.uri import parse
@@ -467,12 +469,17 @@ def _tarfile_members(file: Any, path: str, *, stream: bool = False) -> Iterator[
         raise _corrupt(path, exc) from exc
 
 
-def _zip_members(source: _Archive) -> Iterator[tuple[str, bytes]]:
-    if not source.local:
-        from dataio.io.verbs import read
+#: a remote zip's read-ahead: small members (a sample's files) are read a MiB at a time
+#: (one request for several), and no more than that is held besides the member read;
+#: larger reads are fetched exactly (see :class:`dataio.io.ranged.RangedFile`)
+_ZIP_READ_AHEAD = 1 << 20
 
-        file: Any = io.BytesIO(read(source.uri))  # a zip's directory is at its end
-        size = len(file.getvalue())
+
+def _zip_members(source: _Archive) -> Iterator[tuple[str, bytes]]:
+    """A zip's members in directory order: a remote one read by ranges (its directory
+    at the end, then each member), of one version of the object."""
+    if not source.local:
+        file, size = _remote_zip(source)
     else:
         file, size = source.open_local()
     path = source.uri
@@ -490,6 +497,26 @@ def _zip_members(source: _Archive) -> Iterator[tuple[str, bytes]]:
             raise
         except zipmember.ZIP_ERRORS as exc:
             raise _corrupt(path, exc) from exc
+
+
+def _remote_zip(source: _Archive) -> tuple[Any, int]:
+    """A remote zip as a seekable file read by ranges of one version (its ``head``'s
+    size, its first response's ETag), and its size; one held whole by the local cache
+    (``DATAIO_CACHE_DIR``) is read from there. When the cache is on and does not hold it
+    yet, the whole object is read once instead, and kept there."""
+    from dataio.io import cache
+
+    entry = cache.entry_path(source.loc)
+    held = None if entry is None else cache._open_entry(entry)
+    if held is not None:
+        held[0].close()  # RangedFile reads the entry itself, without a head
+    size = None if held is None else held[1]
+    file = RangedFile(source.uri, size=size, read_ahead=_ZIP_READ_AHEAD)
+    if entry is None or held is not None:
+        return file, file.size
+    with file:
+        whole = file.read_whole()
+    return io.BytesIO(whole), len(whole)
 
 
 def _members(source: _Archive) -> Iterator[tuple[str, bytes]]:
