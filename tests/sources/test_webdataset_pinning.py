@@ -60,14 +60,17 @@ def fan_out(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(spans, "_split_below", lambda: float("inf"))
 
 
-def shard_bytes(shard: int, *, version: int = 0, samples: int = SAMPLES) -> bytes:
-    """``samples`` samples (a ``jpg`` of 20-28 KB, a ``cls``); another ``version`` has
-    the same members and sizes, other bytes: only its ETag tells it apart."""
+def shard_bytes(shard: int, *, version: int = 0, samples: int = SAMPLES, grow: int = 0) -> bytes:
+    """``samples`` samples (a ``jpg`` of 20-28 KB, ``grow`` bytes more, and a ``cls``);
+    another ``version`` has the same members and sizes, other bytes: only its ETag
+    tells it apart."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
         for n in range(samples):
             key = f"s{shard}/{n:04d}"
-            body = bytes((shard * 31 + n + i + 97 * version) % 251 for i in range(20_000 + 701 * n))
+            body = bytes(
+                (shard * 31 + n + i + 97 * version) % 251 for i in range(20_000 + 701 * n + grow)
+            )
             label = b"%06d" % (shard * SAMPLES + n + 100_000 * version)
             for field, data in (("jpg", body), ("cls", label)):
                 info = tarfile.TarInfo(f"{key}.{field}")
@@ -261,3 +264,51 @@ def test_a_shard_grown_between_its_head_and_get_is_refused(
     assert uri in asked
     expected = plain(dataio.webdataset(local))
     assert got == expected[: SAMPLES * shard]
+
+
+# -- the header walk of a dealt pass ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["s3", "http-no-if-match"])
+def test_a_shard_overwritten_during_its_header_walk_is_walked_again(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
+    """Dealing without an index walks each shard's headers, one small ranged read per
+    member. An overwrite part-way (members of other sizes: the old offsets land
+    mid-member in the new bytes) is refused, never an index of two versions; the pass
+    walks that shard again and reads the new version throughout."""
+    if backend == "http-no-if-match":
+        request.getfixturevalue("http_server").if_match = False
+    base = str(request.getfixturevalue(backend.removesuffix("-no-if-match")))
+    pattern, local = put(base, tmp_path)
+    uri = f"{base}/s-0.tar"
+    new = shard_bytes(0, version=1, grow=300)
+    from dataio.io import verbs
+
+    original, walk = verbs._download, archives._walk_index
+    calls: list[int] = []
+    walks: list[Any] = []
+
+    def download(loc: Any, at: Any, **options: Any) -> Any:
+        if str(at) == uri and options.get("size") is not None:  # a ranged read
+            calls.append(options["offset"])
+            if len(calls) == 5:  # a few headers in
+                dataio.write(uri, new)
+        return original(loc, at, **options)
+
+    def walk_index(source: Any) -> Any:
+        found = walk(source)
+        walks.append((source.uri, found.error))
+        return found
+
+    monkeypatch.setattr(verbs, "_download", download)
+    monkeypatch.setattr(archives, "_walk_index", walk_index)
+    records = dataio.webdataset(pattern, index=False).shard_records(0, 2, pad=True)
+    assert records is not None
+    got = [s for _, s in records]
+    first = next(error for at, error in walks if at == uri)
+    assert isinstance(first, TransportError) and CHANGED in str(first) and repr(uri) in str(first)
+    assert [error for at, error in walks if at == uri][-1] is None  # walked again
+    (tmp_path / "s-0.tar").write_bytes(new)
+    assert plain(got) == plain(dataio.webdataset(local))[: len(got)]
+    assert len(got) == (SHARDS * SAMPLES + 1) // 2
