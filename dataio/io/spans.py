@@ -8,11 +8,17 @@ one) and parses while the bytes arrive. :class:`SpanReader` keeps the link busy 
   outruns the parser, and more requests would only cost the server; moto copies the
   whole object for each).
 * When the first window arrives slower (a remote store's one-connection rate), the rest
-  of the span is fetched as ranged windows, ``depth`` at a time and pinned to the first
-  response's ETag: the fan-out of :func:`dataio.read` (``DATAIO_OBJECT_SHARDS``), with
-  at most ``depth`` windows requested ahead of the reader.
+  of the span is fetched as ranged windows, ``depth`` at a time: the fan-out of
+  :func:`dataio.read` (``DATAIO_OBJECT_SHARDS``), with at most ``depth`` windows
+  requested ahead of the reader.
 * The request for the span planned next (:meth:`SpanReader.then`: the next shard) is sent
   while the current span's last window is read, so a shard boundary waits on no round trip.
+
+Every request for an object's spans reads one version of it (a
+:class:`~dataio.io.ranged.Pin`, one per object, which its spans share): the first
+response's, asked for again by each later request (``If-Match`` on a strong ETag) and
+compared with every response's ETag and size, so an object overwritten mid-read is a
+:class:`~dataio.TransportError` saying so, never a tar of two versions.
 
 Pieces are the buffers the bodies arrived in (not copied). A body that ends short of its
 range, or breaks off, is a :class:`~dataio.TransportError` naming the object and the offset.
@@ -29,6 +35,7 @@ from typing import Any
 from dataio.exceptions import DataioError, TransportError
 from dataio.io.config import redact, store_for, transport_for
 from dataio.io.errors import call
+from dataio.io.ranged import Pin
 from dataio.io.uri import parse
 
 __all__ = ["PIECE_BYTES", "WINDOW_BYTES", "SpanReader"]
@@ -65,30 +72,40 @@ class SpanReader:
         self._depth = depth
         self._window = window
         self._pool: ThreadPoolExecutor | None = None
-        self._planned: tuple[str, Span | Callable[[], Span]] | None = None
+        self._planned: tuple[str, Span | Callable[[], Span], Pin | None] | None = None
         self._early: tuple[str, Future[tuple[Span, Any]]] | None = None
         self.requests = 0
         self.fanned = 0
         self.peak_ahead = 0
 
-    def then(self, uri: str, span: Span | Callable[[], Span]) -> None:
+    def then(self, uri: str, span: Span | Callable[[], Span], *, pin: Pin | None = None) -> None:
         """Plan ``uri``'s ``span`` (``(start, stop)``, or a function giving it, called
-        on a worker) as the next span read; its request goes out near the end of the
-        current one. A later call replaces the plan."""
-        self._planned = (uri, span)
+        on a worker) as the next span read, of ``pin``'s version (pass :meth:`pieces`
+        the same pin); its request goes out near the end of the current one. A later
+        call replaces the plan."""
+        self._planned = (uri, span, pin)
 
     def pieces(
-        self, uri: str, start: int, stop: int, *, seen: Callable[[int], None] | None = None
+        self,
+        uri: str,
+        start: int,
+        stop: int,
+        *,
+        seen: Callable[[int], None] | None = None,
+        pin: Pin | None = None,
     ) -> Iterator[Any]:
         """The bytes ``start .. stop - 1`` of ``uri`` as they arrive; ``seen`` gets the
-        object's size from the first response.
+        object's size from the first response. ``pin``: the version to read (shared by
+        the object's other spans); without one, the first response's.
 
         Raises:
             TransportError: the body ended short of the range or broke off (naming the
-                offset), besides the errors of :func:`dataio.read`.
+                offset), or the object is not the pinned version (it changed while it
+                was being read), besides the errors of :func:`dataio.read`.
         """
         if stop <= start:
             return
+        pin = pin if pin is not None else Pin(uri)
         loc = parse(uri)
         transport = transport_for(loc.scheme)
         depth = self._depth or transport.readall_concurrency
@@ -97,7 +114,8 @@ class SpanReader:
         fired = stop - start <= window
         if fired:  # a small span: the next one's request goes out with it
             self._send_planned(depth)
-        result = self._response(uri, (start, stop), early)
+        result = self._response(uri, (start, stop), early, pin)
+        _check(pin, result.meta, uri, (start, stop))
         if seen is not None:
             seen(int(result.meta["size"]))
         got = 0
@@ -117,10 +135,9 @@ class SpanReader:
             if got >= window and got - len(piece) < window and depth > 1:
                 rest = stop - start - got
                 if rest >= 2 * window and got < _split_below() * max(waited, 1e-9):
-                    etag = _strong(result.meta.get("e_tag"))
                     del pieces, result  # the rest by windows: this response is dropped
                     self.fanned += 1
-                    yield from self._windows(uri, start + got, stop, depth, window, etag)
+                    yield from self._windows(uri, start + got, stop, depth, window, pin)
                     return
         if got != stop - start:
             raise TransportError(
@@ -147,9 +164,11 @@ class SpanReader:
         early, self._early = self._early, None
         return early[1] if early is not None and early[0] == uri else None
 
-    def _response(self, uri: str, span: Span, early: Future[tuple[Span, Any]] | None) -> Any:
+    def _response(
+        self, uri: str, span: Span, early: Future[tuple[Span, Any]] | None, pin: Pin
+    ) -> Any:
         """The response for ``span``: the early request's when it was for this span,
-        else one sent now."""
+        else one sent now (the caller checks its version, on its own thread)."""
         if early is not None:
             try:
                 at, response = early.result()
@@ -159,24 +178,24 @@ class SpanReader:
                 if at == span:
                     return response
         self.requests += 1
-        return _get(uri, span)
+        return _get(uri, span, pin)
 
     def _send_planned(self, depth: int) -> None:
         """Send the planned span's request on a worker (its body waits in the socket)."""
         planned, self._planned = self._planned, None
         if planned is None:
             return
-        uri, span = planned
+        uri, span, pin = planned
         self.requests += 1
 
         def send() -> tuple[Span, Any]:
             at = span() if callable(span) else span
-            return at, _get(uri, at) if at[1] > at[0] else None
+            return at, _get(uri, at, pin) if at[1] > at[0] else None
 
         self._early = (uri, self._workers(depth).submit(send))
 
     def _windows(
-        self, uri: str, start: int, stop: int, depth: int, window: int, etag: str | None
+        self, uri: str, start: int, stop: int, depth: int, window: int, pin: Pin
     ) -> Iterator[Any]:
         """``start .. stop - 1`` by windows, ``depth`` requested ahead of the reader."""
         spans = deque((a, min(a + window, stop)) for a in range(start, stop, window))
@@ -188,7 +207,7 @@ class SpanReader:
             nonlocal ahead
             span = spans.popleft()
             self.requests += 1
-            pending.append((span, pool.submit(_window, uri, span, etag)))
+            pending.append((span, pool.submit(_window, uri, span, pin)))
             ahead += span[1] - span[0]
             self.peak_ahead = max(self.peak_ahead, ahead)
             if not spans:
@@ -215,38 +234,51 @@ def _split_below() -> float:
     return SPLIT_BELOW
 
 
-def _get(uri: str, span: Span) -> Any:
-    import obstore
-
-    loc = parse(uri)
-    options = {"range": span}
-    return call(lambda: obstore.get(store_for(loc), loc.key, options=options), uri, "archive")  # type: ignore[arg-type]
-
-
-def _strong(etag: Any) -> str | None:
-    """An ETag to pin windows to: strong ones only (a weak one may not match)."""
-    return str(etag) if etag and not str(etag).startswith("W/") else None
-
-
-def _window(uri: str, span: Span, etag: str | None) -> Any:
-    """One window's body, whole (on a worker: the wait holds no GIL)."""
+def _get(uri: str, span: Span, pin: Pin | None) -> Any:
+    """The response to a GET of ``span``, asking for ``pin``'s version when it has one
+    (a 412 when the object changed); its metadata is checked by the caller."""
     import obstore
 
     loc = parse(uri)
     options: dict[str, Any] = {"range": span}
-    if etag is not None:
-        options["if_match"] = etag
+    if pin is not None:
+        options.update(pin.options())
+    return call(lambda: obstore.get(store_for(loc), loc.key, options=options), uri, "archive")  # type: ignore[arg-type]
+
+
+def _check(pin: Pin, meta: Any, uri: str, span: Span) -> None:
+    """``pin.check(meta)``: a response of another version is refused, naming its range.
+    A pin holding only a size (a ``head``'s, which the span was planned by) refuses a
+    first response of another size: the object changed between the two."""
     try:
-        body = call(
-            lambda: obstore.get(store_for(loc), loc.key, options=options).bytes(),  # type: ignore[arg-type]
-            uri,
-            "archive",
-        )
+        size, first = meta.get("size"), pin.etag is None and pin.last_modified is None
+        if first and None not in (pin.size, size) and size != pin.size:
+            raise TransportError(
+                f"{redact(uri)!r} changed while it was being read ({pin.size} bytes at "
+                f"its head, {size} bytes now): read it again"
+            )
+        pin.check(meta)
     except TransportError as exc:
         raise TransportError(
-            f"archive {redact(uri)!r}: the range from offset {span[0]} to {span[1]} broke "
-            f"off ({exc}); retry the read"
+            f"archive {redact(uri)!r}: the range from offset {span[0]} to {span[1]} came "
+            f"of another version: {exc}"
         ) from None
+
+
+def _window(uri: str, span: Span, pin: Pin) -> Any:
+    """One window's body, whole (on a worker: the wait holds no GIL), of ``pin``'s
+    version: ``If-Match`` asks for it, and the response's ETag and size are checked
+    (a server that ignores ``If-Match`` answers with the new version's)."""
+    where = f"archive {redact(uri)!r}: the range from offset {span[0]} to {span[1]}"
+    try:
+        result = _get(uri, span, pin)
+    except TransportError as exc:  # a 412 included: the object changed (named in exc)
+        raise TransportError(f"{where} could not be read ({exc}); retry the read") from None
+    _check(pin, result.meta, uri, span)
+    try:
+        body = call(result.bytes, uri, "archive")
+    except TransportError as exc:
+        raise TransportError(f"{where} broke off ({exc}); retry the read") from None
     if len(body) != span[1] - span[0]:
         raise TransportError(
             f"archive {redact(uri)!r}: the body ended after {len(body)} of "

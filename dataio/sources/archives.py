@@ -5,7 +5,9 @@ Members are grouped into one record per sample key, WebDataset style: for a memb
 sample must be adjacent, as WebDataset writers produce them.
 
 Archives are local paths or URIs (``s3://``, ``gs://``, ``az://``, ``hf://``,
-``http(s)://``); a remote tar is read as a stream of ranged requests, never held whole.
+``http(s)://``); a remote tar is read as a stream of ranged requests, never held whole,
+and a remote zip by ranges (:class:`~dataio.io.ranged.RangedFile`), each of one version
+of its object (an overwrite mid-read is a :class:`~dataio.TransportError`).
 Sharded passes (``run(shard=...)``) over plain tar shards give each rank a contiguous
 run of the samples, shards whole where the run covers them, so each rank reads about
 ``1/world`` of the bytes (see :meth:`ArchiveSource.shard_records`).
@@ -39,6 +41,7 @@ from dataio.exceptions import (
 from dataio.io import zipmember
 from dataio.io.errors import call
 from dataio.io.local import open_regular
+from dataio.io.ranged import Pin, RangedFile
 from dataio.io.spans import SpanReader
 from dataio.io.tar import Blocks, SeekBlocks, checked_tarinfo, read_member, walk
 from dataio.io.uri import parse
@@ -155,12 +158,19 @@ _AHEAD = 512
 
 
 class _Archive:
-    """One archive, local or remote: its length, reads at offsets, streams over spans."""
+    """One archive, local or remote: its length, reads at offsets, streams over spans.
+
+    Every remote read of one :class:`_Archive` (its header walk, its spans, all their
+    windows) reads one version of the object, :attr:`pin`: the size its ``head`` gave
+    (when one was asked) and the ETag of the first response; an overwrite meanwhile is
+    a :class:`~dataio.TransportError` naming the URI.
+    """
 
     def __init__(self, uri: str) -> None:
         self.uri = uri
         self.loc = parse(uri)
         self.local = self.loc.scheme == "file"
+        self.pin = Pin(uri)
         self._size: int | None = None
         self.observed: int | None = None  # the size the last ranged GET reported
         self.reader: SpanReader | None = None  # the pass's read-ahead, when it has one
@@ -192,6 +202,8 @@ class _Archive:
 
         meta = head(self.uri)
         self._size = int(meta["size"])
+        if self.pin.size is None:  # reads of another size are another version
+            self.pin.size = self._size
         return f"{meta['size']}:{meta['etag']}"
 
     def open_local(self) -> tuple[Any, int]:
@@ -208,7 +220,7 @@ class _Archive:
             return (
                 lambda offset, n: call(lambda: os.pread(fd, n, offset), self.uri, "archive")
             ), file.close
-        from dataio.io.verbs import read
+        from dataio.io.verbs import _download
 
         held: list[Any] = [0, b""]  # a read-ahead window: a header walk reads small pieces
 
@@ -219,7 +231,8 @@ class _Archive:
             total = self.size()
             if offset >= total:
                 return b""
-            window = read(self.uri, offset=offset, size=min(max(n, _AHEAD), total - offset))
+            size = min(max(n, _AHEAD), total - offset)
+            window = bytes(_download(self.loc, self.uri, offset=offset, size=size, pin=self.pin))
             held[:] = [offset, window]
             return bytes(window[:n])
 
@@ -295,7 +308,7 @@ def _remote_span(archive: _Archive, start: int, stop: int) -> Iterator[Any]:
         archive.observed = size
 
     try:
-        yield from reader.pieces(archive.uri, start, stop, seen=seen)
+        yield from reader.pieces(archive.uri, start, stop, seen=seen, pin=archive.pin)
     finally:
         if archive.reader is None:
             reader.close()
@@ -310,7 +323,7 @@ def _plan(reader: SpanReader, archive: _Archive, span: Any) -> None:
 
     entry = cache.entry_path(archive.loc)
     if entry is None or not entry.exists():
-        reader.then(archive.uri, span)
+        reader.then(archive.uri, span, pin=archive.pin)
 
 
 def _whole(archive: _Archive) -> tuple[int, int]:
@@ -456,12 +469,37 @@ def _tarfile_members(file: Any, path: str, *, stream: bool = False) -> Iterator[
         raise _corrupt(path, exc) from exc
 
 
-def _zip_members(source: _Archive) -> Iterator[tuple[str, bytes]]:
-    if not source.local:
-        from dataio.io.verbs import read
+#: a remote zip's read-ahead: members (a sample's files) are read a block at a time, one
+#: request for several; the block doubles while reads go on where the last ended (a pass
+#: in file order: round trips, not bytes, bound a store's rate) up to the largest, and
+#: drops back after a jump (the directory; a pass that stops early fetches ~1 MiB more
+#: than it reads). At most one block is held besides the member read.
+_ZIP_READ_AHEAD = 1 << 20
+_ZIP_READ_AHEAD_MAX = 16 << 20
 
-        file: Any = io.BytesIO(read(source.uri))  # a zip's directory is at its end
-        size = len(file.getvalue())
+
+class _ZipRanges(RangedFile):
+    """A remote zip's bytes by ranges (see ``_ZIP_READ_AHEAD``), of one version."""
+
+    def __init__(self, uri: str, *, size: int | None) -> None:
+        super().__init__(uri, size=size, read_ahead=_ZIP_READ_AHEAD)
+        self._next = -1  # where the last fetch ended
+
+    def pread(self, offset: int, size: int) -> bytes:
+        if offset == self._next:
+            self.read_ahead = min(2 * self.read_ahead, _ZIP_READ_AHEAD_MAX)
+        else:
+            self.read_ahead = _ZIP_READ_AHEAD
+        data = super().pread(offset, size)
+        self._next = offset + len(data)
+        return data
+
+
+def _zip_members(source: _Archive) -> Iterator[tuple[str, bytes]]:
+    """A zip's members in directory order: a remote one read by ranges (its directory
+    at the end, then each member), of one version of the object."""
+    if not source.local:
+        file, size = _remote_zip(source)
     else:
         file, size = source.open_local()
     path = source.uri
@@ -479,6 +517,26 @@ def _zip_members(source: _Archive) -> Iterator[tuple[str, bytes]]:
             raise
         except zipmember.ZIP_ERRORS as exc:
             raise _corrupt(path, exc) from exc
+
+
+def _remote_zip(source: _Archive) -> tuple[Any, int]:
+    """A remote zip as a seekable file read by ranges of one version (its ``head``'s
+    size, its first response's ETag), and its size; one held whole by the local cache
+    (``DATAIO_CACHE_DIR``) is read from there. When the cache is on and does not hold it
+    yet, the whole object is read once instead, and kept there."""
+    from dataio.io import cache
+
+    entry = cache.entry_path(source.loc)
+    held = None if entry is None else cache._open_entry(entry)
+    if held is not None:
+        held[0].close()  # RangedFile reads the entry itself, without a head
+    size = None if held is None else held[1]
+    file = _ZipRanges(source.uri, size=size)
+    if entry is None or held is not None:
+        return file, file.size
+    with file:
+        whole = file.read_whole()
+    return io.BytesIO(whole), len(whole)
 
 
 def _members(source: _Archive) -> Iterator[tuple[str, bytes]]:
