@@ -19,8 +19,12 @@ $(VENV)/.core: $(VENV)/bin/python pyproject.toml
 	$(PIP) install --quiet -e .
 	touch $@
 
+# kvikio (the gds extra) with --no-deps: its own requirements pull CuPy and the CUDA
+# toolkit wheels, which the GDS tests do not need (they check its API without a GPU).
+KVIKIO_TEST := kvikio-cu12==26.10.* libkvikio-cu12==26.10.* rapids-logger==0.3.* cuda-pathfinder nvidia-cufile-cu12
 $(VENV)/.test: $(VENV)/.core
 	$(PIP) install --quiet -e '.[test]'
+	$(PIP) install --quiet --no-deps $(KVIKIO_TEST)
 	touch $@
 
 demo: $(VENV)/.core

@@ -1,7 +1,7 @@
 """dataio's GDS routes against the real kvikio API (issue #18, item 3).
 
 kvikio is the ``gds`` extra, not a test extra (its wheels pull CuPy and CUDA toolkit
-wheels), so these run where it is installed: ``make gpu-check`` installs it. They need no
+wheels): ``make test`` and ``make gpu-check`` install it with ``--no-deps``. They need no
 GPU: kvikio 26.10 imports, opens files and switches its compatibility mode without a
 CUDA driver; only its reads (even into host memory) need ``libcuda.so.1``. Seen without
 a driver: ``pread`` raises ``RuntimeError: KvikIO failure at: .../shim/utils.cpp:21:
@@ -24,7 +24,7 @@ pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(
         importlib.util.find_spec("kvikio") is None,
-        reason="kvikio (the gds extra; make gpu-check installs it) is not installed",
+        reason="kvikio is not installed (make test installs it with --no-deps; see the Makefile)",
     ),
 ]
 
