@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import io
 import os
-from typing import Any
+from typing import Any, NoReturn
 
 from dataio.exceptions import DataioError, TransportError
 from dataio.io import cache, verbs
@@ -108,7 +108,7 @@ class Pin:
                 f"modified {self.last_modified} at the first read", f"modified {modified} now"
             )
 
-    def _changed(self, was: str, now: str) -> None:
+    def _changed(self, was: str, now: str) -> NoReturn:
         raise TransportError(
             f"{redact(self.uri)!r} changed while it was being read ({was}, {now}): its "
             "parts would mix two versions; read it again"
