@@ -186,14 +186,15 @@ def _tail(uri: str) -> Tail:
     def get() -> Tail:
         store = store_for(loc)
         try:
-            pin = Pin(uri)
             if loc.scheme not in _NO_SUFFIX:
+                pin = Pin(uri)
                 result = obstore.get(store, loc.key, options={"range": {"suffix": TAIL_BYTES}})
                 pin.check(result.meta)
                 start, end = result.range
                 data = _whole(result.bytes(), start, end)
                 return Tail(int(result.meta["size"]), start, data, pin)
             size = int(obstore.head(store, loc.key)["size"])  # the version: the GET's
+            pin = Pin(uri, size=size)  # a GET of another size: replaced since the head
             start = max(0, size - TAIL_BYTES)
             data = _ranged(store, loc.key, start, size, pin) if size else b""
             return Tail(size, start, _whole(data, start, size), pin)

@@ -251,8 +251,8 @@ def _read_remote_members(uri: str, keys: list[str]) -> dict[str, np.ndarray]:
     member asked for (a stored member in one range, a compressed one inflated as its
     bytes arrive)."""
     arrays: dict[str, np.ndarray] = {}
-    try:
-        with RangedFile(uri) as f:
+    with RangedFile(uri) as f:
+        try:
             if f.size == 0:
                 raise FormatError(f"{uri} is empty; expected NumPy data")
             with zipfile.ZipFile(f) as zf:
@@ -268,12 +268,17 @@ def _read_remote_members(uri: str, keys: list[str]) -> dict[str, np.ndarray]:
                     else:
                         data = read_member(zf, info, archive_size=f.size, where=where)
                         arrays[name] = decode_npy(memoryview(data).toreadonly(), source=where)
-    except DataioError:
-        raise
-    except ZIP_ERRORS as exc:
-        raise FormatError(
-            f"{uri!r} is not a readable .npz (zip) archive: {type(exc).__name__}: {exc}"
-        ) from exc
+        except DataioError:
+            raise
+        except ZIP_ERRORS as exc:
+            # zipfile turns a failed fetch (an OSError) into BadZipFile: a network
+            # failure is not a damaged archive
+            failed = f.take_error()
+            if failed is not None:
+                raise failed from None
+            raise FormatError(
+                f"{uri!r} is not a readable .npz (zip) archive: {type(exc).__name__}: {exc}"
+            ) from exc
     return arrays
 
 

@@ -19,7 +19,12 @@ fetches the file into ``HF_HUB_CACHE`` once and every later read (and any
 ``HF_HUB_OFFLINE`` read) is served from there. Ranged reads (a safetensors tensor, an
 HDF5 dataset) of a file the cache already holds read it there (:func:`cached_file`);
 of any other file they stay ranged, as do ``read(offset=, size=)``, scans and
-streams: caching them would mean downloading whole files that are read in part.
+streams: caching them would mean downloading whole files that are read in part. So
+does a reader that fetches the rest of a file whole after reading its header by
+ranges (``read_safetensors`` asking for most of the tensors): it must read the
+version its header came from (:class:`~dataio.io.ranged.Pin`), which
+``hf_hub_download`` cannot promise, so it downloads directly (into
+``DATAIO_CACHE_DIR`` when that is set), unless the shared cache held the file already.
 Without ``huggingface_hub`` files are read directly from the Hub, and the cache is
 only read offline.
 """
@@ -34,6 +39,7 @@ import re
 import ssl
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
@@ -347,12 +353,17 @@ def _exists_hub(base: str, secret: str | None, found: Repo, timeout: float) -> b
     return True
 
 
-def download(location: Location) -> str | None:
+def download(location: Location, *, check: Callable[[int], None] | None = None) -> str | None:
     """The path of ``location``'s file in the shared cache, downloaded there first if it
     is missing or stale, by ``huggingface_hub.hf_hub_download`` (its cache layout, locks
     and revision checks); ``None`` where dataio reads the file itself: offline (the
     cache store serves it), ``huggingface_hub`` missing or set up for another endpoint,
     or a cache folder it may not write.
+
+    ``check`` gets the file's size as the Hub reports it (one HEAD, see
+    :func:`cached_file`) before anything is downloaded, to refuse a file too large for
+    a limit or a buffer; a file the cache holds for the revision is then served without
+    asking the Hub again.
 
     As ``hf_hub_download``, a file already cached for the revision is served when the
     Hub cannot be asked (down, unreachable, or refusing the token).
@@ -377,6 +388,12 @@ def download(location: Location) -> str | None:
     filename = found.path(location.key)
     if not filename or filename.endswith("/"):
         return None  # a folder: the read that follows says so
+    if check is not None:
+        held = cached_file(location)
+        if held is not None:  # else the Hub did not say: hf_hub_download tells why
+            check(held[1])
+            if held[0] is not None:
+                return held[0]
     from huggingface_hub import hf_hub_download
 
     try:

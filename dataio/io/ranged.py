@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import io
 import os
-from typing import Any
+from typing import Any, NoReturn
 
 from dataio.exceptions import DataioError, TransportError
 from dataio.io import cache, verbs
@@ -84,28 +84,35 @@ class Pin:
 
     def check(self, meta: Any) -> None:
         """Raise :class:`~dataio.TransportError` if ``meta`` (an obstore response's
-        metadata) is another version than the pinned one; pin it if none was yet."""
+        metadata) is another version than the pinned one; pin it if none was yet.
+
+        A pin holding a size already (a ``head``'s or a listing's, which the reads were
+        planned by) refuses a first response of another size: the object was replaced
+        between the two, and reading it against the old size would cut it silently.
+        """
         etag, size = meta.get("e_tag") or None, meta.get("size")
         modified = meta.get("last_modified")
+        if size is not None and self.size is not None and size != self.size:
+            self._changed(f"{self.size} bytes when its reading began", f"{size} bytes now")
         if self.size is None:
             self.size = size
         if self.etag is None and self.last_modified is None:
             self.etag, self.last_modified = etag, modified
             return
         if self.etag is not None and etag is not None:
-            changed = etag != self.etag
-            was, now = f"ETag {self.etag}", f"ETag {etag}"
-        else:  # a server without ETags: the modification time tells
-            changed = modified is not None and modified != self.last_modified
-            was, now = f"modified {self.last_modified}", f"modified {modified}"
-        if size is not None and self.size is not None and size != self.size:
-            changed = True
-            was, now = f"{was}, {self.size} bytes", f"{now}, {size} bytes"
-        if changed:
-            raise TransportError(
-                f"{redact(self.uri)!r} changed while it was being read ({was} at the first "
-                f"read, {now} now): its parts would mix two versions; read it again"
+            if etag != self.etag:
+                self._changed(f"ETag {self.etag} at the first read", f"ETag {etag} now")
+        elif modified is not None and modified != self.last_modified:
+            # a server without ETags: the modification time tells
+            self._changed(
+                f"modified {self.last_modified} at the first read", f"modified {modified} now"
             )
+
+    def _changed(self, was: str, now: str) -> NoReturn:
+        raise TransportError(
+            f"{redact(self.uri)!r} changed while it was being read ({was}, {now}): its "
+            "parts would mix two versions; read it again"
+        )
 
 
 class RangedFile(io.RawIOBase):
@@ -251,19 +258,24 @@ class RangedFile(io.RawIOBase):
     def read_whole(self) -> Any:
         """The whole object, of the pinned version, as one buffer (the position does not
         move): from the local cache when it holds it, else one download (then cached,
-        when ``DATAIO_CACHE_DIR`` is on)."""
+        when ``DATAIO_CACHE_DIR`` is on, replacing an entry of another version)."""
         self._check_open()
         loc = parse(self.uri)
         if self._cached is not None or loc.scheme == "file":
             return self.pread(0, self.size)
+        # no entry of this size was found when the file was opened: an entry there now
+        # is another version (the object was rewritten by another tool), so a miss
         self.requests += 1
         try:
-            data = cache.read_through(loc, lambda: verbs._download(loc, self.uri, pin=self.pin))
+            data = verbs._download(loc, self.uri, pin=self.pin)
         except DataioError as exc:
             self._error = exc
             raise
         if len(data) != self.size:
             raise self._short(len(data))
+        entry = cache.entry_path(loc)
+        if entry is not None:
+            cache.store(entry, data)
         self.fetched += len(data)
         return data
 

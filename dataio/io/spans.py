@@ -247,16 +247,9 @@ def _get(uri: str, span: Span, pin: Pin | None) -> Any:
 
 
 def _check(pin: Pin, meta: Any, uri: str, span: Span) -> None:
-    """``pin.check(meta)``: a response of another version is refused, naming its range.
-    A pin holding only a size (a ``head``'s, which the span was planned by) refuses a
-    first response of another size: the object changed between the two."""
+    """``pin.check(meta)``: a response of another version (or, the first, of another
+    size than the ``head`` the span was planned by) is refused, naming its range."""
     try:
-        size, first = meta.get("size"), pin.etag is None and pin.last_modified is None
-        if first and None not in (pin.size, size) and size != pin.size:
-            raise TransportError(
-                f"{redact(uri)!r} changed while it was being read ({pin.size} bytes at "
-                f"its head, {size} bytes now): read it again"
-            )
         pin.check(meta)
     except TransportError as exc:
         raise TransportError(

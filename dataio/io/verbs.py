@@ -155,20 +155,22 @@ def fetch_whole(loc: Location, uri: URI) -> Any:
     """A whole remote object as the buffer it arrived in (not copied into ``bytes``),
     through the local cache when ``DATAIO_CACHE_DIR`` is set; an ``hf`` file through
     the shared Hugging Face cache where ``huggingface_hub`` is installed."""
-    cached = _hub_download(loc)
+    what = f"reading {redact(str(uri))!r}"
+    cached = _hub_download(loc, lambda total: limits.check("max_decoded_bytes", total, what=what))
     if cached is not None:
-        return call(lambda: _read_local(cached, 0, None), uri, "read")
+        return call(lambda: _read_local(cached, 0, None, name=str(uri)), uri, "read")
     return cache.read_through(loc, lambda: _download(loc, uri))
 
 
-def _hub_download(loc: Location) -> str | None:
+def _hub_download(loc: Location, check: Callable[[int], None]) -> str | None:
     """The path of an ``hf`` file in the shared hub cache (downloaded there first), or
-    None where the Hub's cache is not used (see :func:`dataio.io.hf.download`)."""
+    None where the Hub's cache is not used (see :func:`dataio.io.hf.download`).
+    ``check`` gets the size the Hub reports before anything is downloaded."""
     if loc.scheme != "hf":
         return None
     from dataio.io import hf
 
-    return hf.download(loc)
+    return hf.download(loc, check=check)
 
 
 def _download(
@@ -235,9 +237,9 @@ def fetch_into(uri: URI, buffer: Any) -> int:
     def sink(at: int, piece: Any) -> None:
         view[at : at + len(piece)] = piece
 
-    cached = _hub_download(loc)
+    cached = _hub_download(loc, check)
     if cached is not None:
-        return call(lambda: _readinto_local(cached, view), uri, "fetch_into")
+        return call(lambda: _readinto_local(cached, view, name=str(uri)), uri, "fetch_into")
     entry = cache.entry_path(loc)
     if entry is not None:
         hit = cache.load_into(entry, view)
@@ -382,15 +384,18 @@ def _check_range(offset: int | None, size: int | None) -> None:
         raise OutOfRangeError(f"size must be >= 0, got {size!r}")
 
 
-def _read_local(path: str, offset: int, size: int | None) -> bytes:
+def _read_local(path: str, offset: int, size: int | None, *, name: str | None = None) -> bytes:
+    """``size`` bytes from ``offset`` of a local file; ``name`` (else ``path``) is what
+    errors call it (a URI served from a cache)."""
+    name = redact(name) if name is not None else path
     fd, total = open_regular(path, "read")
     try:
         if offset and total and offset >= total:
-            raise _past_end(path, offset, total)
+            raise _past_end(name, offset, total)
         # never ask the OS for more than the file holds: read(n) allocates n first
         want = total - offset if size is None else min(size, max(total - offset, 0))
         if size is None:
-            limits.check("max_decoded_bytes", want, what=f"reading {path!r}")
+            limits.check("max_decoded_bytes", want, what=f"reading {name!r}")
         data = os.pread(fd, want, offset) if want else b""
         if len(data) == want and (want or total):
             return data
@@ -398,7 +403,7 @@ def _read_local(path: str, offset: int, size: int | None) -> bytes:
         os.lseek(fd, offset + len(data), os.SEEK_SET)
         rest = read_bounded(fd, path, data)
         if offset and not rest:
-            raise _past_end(path, offset, 0)
+            raise _past_end(name, offset, 0)
         return rest if size is None else rest[:size]
     finally:
         os.close(fd)
@@ -408,12 +413,13 @@ def _past_end(path: str, offset: int, total: int) -> OutOfRangeError:
     return OutOfRangeError(f"read {path!r}: offset {offset} is past the end of its {total} bytes")
 
 
-def _readinto_local(path: str, view: memoryview) -> int:
+def _readinto_local(path: str, view: memoryview, *, name: str | None = None) -> int:
+    name = redact(name) if name is not None else path
     fd, total = open_regular(path, "fetch_into")
     try:
         if total > len(view):
             raise DataioError(
-                f"fetch_into {path!r}: the file has {total} bytes but the buffer holds "
+                f"fetch_into {name!r}: the file has {total} bytes but the buffer holds "
                 f"{len(view)}; allocate at least dataio.head(uri)['size'] bytes"
             )
         done = 0

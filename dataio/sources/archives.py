@@ -516,6 +516,11 @@ def _zip_members(source: _Archive) -> Iterator[tuple[str, bytes]]:
         except DataioError:
             raise
         except zipmember.ZIP_ERRORS as exc:
+            # zipfile turns a failed fetch (an OSError) into BadZipFile: a network
+            # failure is not a damaged archive
+            failed = file.take_error() if isinstance(file, RangedFile) else None
+            if failed is not None:
+                raise failed from None
             raise _corrupt(path, exc) from exc
 
 
