@@ -149,6 +149,9 @@ def _tar_member(source: Any, name: str, uri: str, stack: contextlib.ExitStack) -
                 seen.append(member.name)
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise _not_readable(exc, uri) from None
+    except TypeError as exc:  # tarfile's gzip header parse: ord(b"") on a cut header
+        cut = tarfile.ReadError(f"its gzip header is cut short ({exc})")
+        raise _not_readable(cut, uri) from None
     raise NotFoundError(f"no entry {name!r} in tar {redact(uri)!r}; the first entries are {seen}")
 
 
