@@ -13,15 +13,16 @@ over the whole frame would. Plans that need all rows at once (joins, sorts, aggr
 
 A Parquet file of several row groups is cut into runs of row groups (at most
 :data:`MAX_UNITS_PER_FILE` per file), so one large file is read by several tasks. A unit
-reads its row groups through a pyarrow dataset of that subset, into which DataFusion
-pushes the plan's filter: row groups whose statistics exclude it are not read, when the
-unit is counted (a unit left with no rows is dropped) or read.
+reads its row groups through a pyarrow dataset of that subset; the plan's filter runs
+in DataFusion over the rows read (pushed into pyarrow, it would drop NaN rows the frame
+keeps), when the unit is counted (a unit left with no rows is dropped) or read.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from dataio.engine.plain import plain_batch
 from dataio.engine.remote import is_remote
 from dataio.engine.scan import check_data, read_file, reads_remote
 from dataio.engine.schema import plan_schema
-from dataio.engine.session import scan_session
+from dataio.engine.session import scan_session, session
 from dataio.exceptions import NotFoundError, PlanError
 from dataio.plan.frame import FileRecords, Filter, Node, PyFilter, Scan, Select, WithColumns
 
@@ -207,14 +208,39 @@ def _row_groups(scan: Scan, path: str, groups: tuple[int, ...]) -> Any:
     return made
 
 
+_unit_sessions = threading.local()
+
+
+def _row_group_session(remote: bool) -> Any:
+    """This thread's context for units of row groups: DataFusion pushes no filter into
+    their pyarrow scan.
+
+    pyarrow compares NaN by IEEE rules (``NaN > 0.5`` is false) and prunes row groups
+    by statistics that leave NaN out, while DataFusion orders NaN above every number,
+    as the frame's own scan does: the filter runs in DataFusion, over every row read.
+    """
+    cache: dict[bool, Any] | None = getattr(_unit_sessions, "contexts", None)
+    if cache is None:
+        cache = _unit_sessions.contexts = {}
+    ctx = cache.get(remote)
+    if ctx is None:
+        ctx = session(1, remote=remote)
+        if not ctx.remove_optimizer_rule("push_down_filter"):  # pragma: no cover
+            raise PlanError("DataFusion has no push_down_filter rule to leave out")
+        cache[remote] = ctx
+    return ctx
+
+
 def _frame(unit: FrameUnit) -> Any:
-    ctx = scan_session(1, remote=reads_remote(unit.source))
+    remote = reads_remote(unit.source)
     if unit.path is None or not isinstance(unit.source, Scan):
+        ctx = scan_session(1, remote=remote)
         base = compile_source(unit.source, ctx, "collect")
     elif unit.row_groups is not None:
-        # DataFusion pushes the plan's filter into the pyarrow scan: pruned by statistics
+        ctx = _row_group_session(remote)
         base = ctx.read_table(_row_groups(unit.source, unit.path, unit.row_groups))
     else:
+        ctx = scan_session(1, remote=remote)
         base = read_file(ctx, unit.source, unit.path)
     return compile_steps(base, list(unit.steps), ctx, "collect")
 

@@ -177,3 +177,42 @@ def test_a_row_group_over_the_limit_comes_after_the_groups_before_it(
     sizes = [pq.read_metadata(many).row_group(g).total_byte_size for g in range(6)]
     assert sizes[3] > 4 * max(sizes[:3])
     assert _rows_before_refusal(files, 2 * max(sizes[:3])) == list(range(1200))
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        dataio.col("f") > 0.5,
+        dataio.col("f") < 0.5,
+        (dataio.col("f") >= 0.2) & (dataio.col("x") % 2 == 1),
+    ],
+)
+def test_units_of_a_float_filter_over_nan_give_the_frames_rows(tmp_path: Path, where: Any) -> None:
+    from dataio.engine.frame_units import frame_units, unit_batches
+
+    # NaN in most row groups (and a row group of NaN only): DataFusion, the frame's
+    # engine, orders NaN above every number
+    f = np.array([0.9, np.nan, 0.1, 0.7, 0.8, np.nan, 0.2, 0.6, np.nan, np.nan, 0.3, 0.0])
+    table = pa.table({"x": np.arange(len(f)), "f": f, "s": [f"s{i}" for i in range(len(f))]})
+    pq.write_table(table, tmp_path / "many.parquet", row_group_size=2)  # 6 row groups
+    frame = dataio.scan_parquet(str(tmp_path / "many.parquet")).filter(where)
+    units = frame_units(frame.plan)
+    assert all(unit.row_groups is not None for unit in units)  # row-group units
+    want = frame.collect()
+    got = pa.Table.from_batches([b for unit in units for b in unit_batches(unit)])
+    assert got.column_names == [*want.column_names, "__position__"]
+    assert got["x"].to_pylist() == want["x"].to_pylist()
+    assert got["s"].to_pylist() == want["s"].to_pylist()
+    np.testing.assert_array_equal(got["f"].to_numpy(), want["f"].to_numpy())  # NaN == NaN
+    assert got["__position__"].to_pylist() == list(range(want.num_rows))
+    assert sum(unit.rows for unit in units) == want.num_rows
+    assert np.isnan(want["f"].to_numpy()).any() == ("> 0.5" in repr(where) or ">=" in repr(where))
+
+
+def test_the_frame_orders_nan_above_every_number(tmp_path: Path) -> None:
+    # the frame's rule the units follow (numpy oracle, NaN as +inf)
+    f = np.array([0.9, np.nan, 0.1, 0.7, np.nan, 0.2])
+    pq.write_table(pa.table({"x": np.arange(6), "f": f}), tmp_path / "t.parquet")
+    frame = dataio.scan_parquet(str(tmp_path / "t.parquet")).filter(dataio.col("f") > 0.5)
+    keys = np.where(np.isnan(f), np.inf, f)
+    assert frame.collect()["x"].to_pylist() == np.flatnonzero(keys > 0.5).tolist()
