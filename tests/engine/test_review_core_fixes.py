@@ -190,11 +190,14 @@ def test_a_row_group_over_the_limit_comes_after_the_groups_before_it(
 def test_units_of_a_float_filter_over_nan_give_the_frames_rows(tmp_path: Path, where: Any) -> None:
     from dataio.engine.frame_units import frame_units, unit_batches
 
-    # NaN in most row groups (and a row group of NaN only): DataFusion, the frame's
-    # engine, orders NaN above every number
-    f = np.array([0.9, np.nan, 0.1, 0.7, 0.8, np.nan, 0.2, 0.6, np.nan, np.nan, 0.3, 0.0])
+    # NaN in most row groups (one of NaN only, one whose statistics, which leave NaN
+    # out, exclude 'f > 0.5'): DataFusion, the frame's engine, orders NaN above every
+    # number and prunes row groups by statistics
+    f = np.array(
+        [0.9, np.nan, 0.1, 0.7, 0.8, np.nan, 0.2, 0.6, np.nan, np.nan, 0.3, 0.0, 0.1, np.nan]
+    )
     table = pa.table({"x": np.arange(len(f)), "f": f, "s": [f"s{i}" for i in range(len(f))]})
-    pq.write_table(table, tmp_path / "many.parquet", row_group_size=2)  # 6 row groups
+    pq.write_table(table, tmp_path / "many.parquet", row_group_size=2)  # 7 row groups
     frame = dataio.scan_parquet(str(tmp_path / "many.parquet")).filter(where)
     units = frame_units(frame.plan)
     assert all(unit.row_groups is not None for unit in units)  # row-group units
@@ -216,3 +219,57 @@ def test_the_frame_orders_nan_above_every_number(tmp_path: Path) -> None:
     frame = dataio.scan_parquet(str(tmp_path / "t.parquet")).filter(dataio.col("f") > 0.5)
     keys = np.where(np.isnan(f), np.inf, f)
     assert frame.collect()["x"].to_pylist() == np.flatnonzero(keys > 0.5).tolist()
+
+
+def test_units_skip_row_groups_a_filter_excludes_by_statistics(tmp_path: Path) -> None:
+    from dataio.engine.frame_units import frame_units, unit_batches
+
+    # row group 0's pages are garbage: only a read that skips it by statistics works
+    path = tmp_path / "sorted.parquet"
+    ids = np.arange(30, dtype=np.int64)
+    table = pa.table({"id": ids, "v": ids * 2.0})
+    pq.write_table(table, path, row_group_size=10, compression="none")
+    meta = pq.ParquetFile(path).metadata
+    data = bytearray(path.read_bytes())
+    for c in range(meta.num_columns):
+        chunk = meta.row_group(0).column(c)
+        start = (
+            chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+        )
+        data[start : start + chunk.total_compressed_size] = b"\xee" * chunk.total_compressed_size
+    path.write_bytes(bytes(data))
+    frame = dataio.scan_parquet(str(path)).filter(dataio.col("v") >= 24.0)
+    units = frame_units(frame.plan)
+    got = pa.Table.from_batches([b for unit in units for b in unit_batches(unit)])
+    assert got["id"].to_pylist() == list(range(12, 30))
+    assert got["__position__"].to_pylist() == list(range(18))
+
+
+def test_remote_units_of_a_float_filter_over_nan_give_the_frames_rows() -> None:
+    # the frame reads a remote file as a pyarrow dataset, its filter run by pyarrow
+    # (IEEE NaN rules): its units too
+    import io
+
+    from helpers.object_servers import RangeServer
+
+    from dataio.engine.frame_units import frame_units, unit_batches
+    from dataio.io import config
+
+    f = np.array([0.9, np.nan, 0.1, 0.7, 0.8, np.nan, 0.1, np.nan, 0.3, 0.6])
+    sink = io.BytesIO()
+    pq.write_table(pa.table({"x": np.arange(len(f)), "f": f}), sink, row_group_size=2)
+    server = RangeServer()
+    try:
+        server.objects["/t/nan.parquet"] = sink.getvalue()
+        config.reset()
+        frame = scan_parquet(f"{server.url}/t/nan.parquet").filter(dataio.col("f") > 0.5)
+        units = frame_units(frame.plan)
+        assert all(unit.row_groups is not None for unit in units)
+        got = pa.Table.from_batches([b for unit in units for b in unit_batches(unit)])
+        want = frame.collect()
+        assert got["x"].to_pylist() == want["x"].to_pylist()
+        assert got["__position__"].to_pylist() == list(range(want.num_rows))
+        np.testing.assert_array_equal(got["f"].to_numpy(), want["f"].to_numpy())
+    finally:
+        server.kill()
+        config.reset()
