@@ -73,6 +73,10 @@ def _local_files() -> Any:
     return fs.LocalFileSystem(use_mmap=True)
 
 
+class _ScanOrder(Exception):
+    """Arrow would not scan a file's row groups in the order asked (the pool reads them)."""
+
+
 class ReadAhead(FrameBlocks):
     """:meth:`stream_run`: positions in order, block by block, reading ahead."""
 
@@ -209,11 +213,17 @@ class ReadAhead(FrameBlocks):
         """Arrow's scan of row groups ``blocks`` of file ``file`` (decoding at once)."""
         import pyarrow.dataset as ds
 
-        fragment = _parquet_format().make_fragment(
-            self.addressed.scan.files[file],
-            filesystem=_local_files(),
-            row_groups=[block.index for block in blocks],
+        wanted = [block.index for block in blocks]
+        # make_fragment(row_groups=...) may scan them in another order ([7, 8, 9, 10] as
+        # [8, 9, 10, 7]); a subset of the whole file's fragment keeps the order asked
+        whole = _parquet_format().make_fragment(
+            self.addressed.scan.files[file], filesystem=_local_files()
         )
+        fragment = whole.subset(row_group_ids=wanted)
+        if [group.id for group in fragment.row_groups] != wanted:
+            # _scan_blocks pairs batches with row groups by order and checks only their
+            # rows: a reorder would deliver other rows, so such a scan is not started
+            raise _ScanOrder(f"row groups {wanted} would be scanned out of order")
         batches: Iterator[pa.RecordBatch] = fragment.to_batches(
             columns=self._columns_in(file),
             batch_size=max(block.rows for block in blocks),  # a row group is one batch
@@ -267,11 +277,19 @@ class ReadAhead(FrameBlocks):
             done.set_result(cached)
             return done, None
         from dataio.engine.pool import cpu_pool
+        from dataio.exceptions import DataioError
 
         opened = None
         if self.addressed.scan.format == "parquet":
-            with self._mapped_errors(block.file):
-                opened = self._parquet_file(block.file, [block.index], pooled=True)
+            try:
+                with self._mapped_errors(block.file):
+                    opened = self._parquet_file(block.file, [block.index], pooled=True)
+            except DataioError as exc:
+                # (a row group over max_decoded_bytes, a file gone): raised when the pass
+                # reaches this block, after every row before it, not when read ahead
+                failed: Future[Any] = Future()
+                failed.set_exception(exc)
+                return failed, None
         future = cpu_pool().submit(self._read_block, block, opened)
         _track(future)
         return future, None if opened is None else opened[0]

@@ -13,15 +13,19 @@ over the whole frame would. Plans that need all rows at once (joins, sorts, aggr
 
 A Parquet file of several row groups is cut into runs of row groups (at most
 :data:`MAX_UNITS_PER_FILE` per file), so one large file is read by several tasks. A unit
-reads its row groups through a pyarrow dataset of that subset, into which DataFusion
-pushes the plan's filter: row groups whose statistics exclude it are not read, when the
-unit is counted (a unit left with no rows is dropped) or read.
+reads its row groups through a pyarrow dataset of that subset, less those whose
+statistics exclude the plan's filter, when the unit is counted (a unit left with no rows
+is dropped) or read. The filter itself runs where the frame runs it: in DataFusion for a
+local file (pyarrow's would drop NaN rows DataFusion keeps), pushed into the pyarrow
+scan for a remote one (the frame reads those as pyarrow datasets).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -33,7 +37,7 @@ from dataio.engine.plain import plain_batch
 from dataio.engine.remote import is_remote
 from dataio.engine.scan import check_data, read_file, reads_remote
 from dataio.engine.schema import plan_schema
-from dataio.engine.session import scan_session
+from dataio.engine.session import scan_session, session
 from dataio.exceptions import NotFoundError, PlanError
 from dataio.plan.frame import FileRecords, Filter, Node, PyFilter, Scan, Select, WithColumns
 
@@ -190,9 +194,16 @@ def _fragment(scan: Scan, path: str) -> Any:
     return fragment
 
 
-def _row_groups(scan: Scan, path: str, groups: tuple[int, ...]) -> Any:
-    """A one-fragment pyarrow dataset of row groups ``groups`` of ``path``, of the same
-    class as the whole file's (a remote one keeps fetching its chunks ahead)."""
+def _row_groups(
+    scan: Scan,
+    path: str,
+    groups: tuple[int, ...],
+    steps: tuple[Node, ...] = (),
+    remote: bool = False,
+) -> Any:
+    """A one-fragment pyarrow dataset of row groups ``groups`` of ``path`` (with
+    ``steps``: those whose statistics may hold rows they keep), of the same class as the
+    whole file's (a remote one keeps fetching its chunks ahead)."""
     import pyarrow.dataset as ds
 
     whole = _dataset(scan, path)
@@ -200,6 +211,13 @@ def _row_groups(scan: Scan, path: str, groups: tuple[int, ...]) -> Any:
         raise PlanError(f"{scan.label()}: {path!r} is no longer served by ranges")
     fragment = next(iter(ds.FileSystemDataset.get_fragments(whole)))
     subset = fragment.subset(row_group_ids=list(groups))
+    pushed = _pushed_filter(subset, whole, steps, remote)
+    if pushed is not None:
+        # pruned by statistics only, as DataFusion's own Parquet scan prunes them
+        subset = subset.subset(filter=pushed)
+    kept = [group.id for group in subset.row_groups]
+    if kept != sorted(kept) or not set(kept) <= set(groups):  # pragma: no cover
+        raise PlanError(f"{scan.label()}: pyarrow reordered row groups {groups} of {path!r}")
     made = type(whole)([subset], whole.schema, whole.format, whole.filesystem)
     for name in ("handler", "path"):  # remote_files' fetch-ahead dataset
         if hasattr(whole, name):
@@ -207,14 +225,75 @@ def _row_groups(scan: Scan, path: str, groups: tuple[int, ...]) -> Any:
     return made
 
 
+def _pushed_filter(fragment: Any, whole: Any, steps: tuple[Node, ...], remote: bool) -> Any:
+    """The pyarrow expression DataFusion pushes into a scan of ``fragment`` under
+    ``steps`` (``None``: no filter to push), found by planning that scan."""
+    if not any(isinstance(step, Filter) for step in steps):
+        return None
+    ctx = scan_session(1, remote=remote)
+    probe = _capture_class()([fragment], whole.schema, whole.format, whole.filesystem)
+    compile_steps(ctx.read_table(probe), list(steps), ctx, "collect").execution_plan()
+    return probe.pushed
+
+
+@functools.cache
+def _capture_class() -> type:
+    import pyarrow.dataset as ds
+
+    class Capture(ds.FileSystemDataset):
+        """A dataset noting the filter DataFusion pushes into it (when planning)."""
+
+        pushed: Any = None
+
+        def get_fragments(self, filter: Any = None) -> Any:
+            self.pushed = filter
+            return super().get_fragments(filter=filter)
+
+    return Capture
+
+
+_unit_sessions = threading.local()
+
+
+def _row_group_session(remote: bool) -> Any:
+    """This thread's context for units of a local file's row groups: DataFusion pushes
+    no filter into their pyarrow scan.
+
+    pyarrow's scan filters rows by IEEE rules (``NaN > 0.5`` is false) while DataFusion
+    orders NaN above every number, as the frame's own scan does: the filter runs in
+    DataFusion over the rows read (the row groups were pruned by statistics first, see
+    :func:`_row_groups`).
+    """
+    cache: dict[bool, Any] | None = getattr(_unit_sessions, "contexts", None)
+    if cache is None:
+        cache = _unit_sessions.contexts = {}
+    ctx = cache.get(remote)
+    if ctx is None:
+        ctx = session(1, remote=remote)
+        if not ctx.remove_optimizer_rule("push_down_filter"):  # pragma: no cover
+            raise PlanError("DataFusion has no push_down_filter rule to leave out")
+        cache[remote] = ctx
+    return ctx
+
+
 def _frame(unit: FrameUnit) -> Any:
-    ctx = scan_session(1, remote=reads_remote(unit.source))
+    remote = reads_remote(unit.source)
     if unit.path is None or not isinstance(unit.source, Scan):
+        ctx = scan_session(1, remote=remote)
         base = compile_source(unit.source, ctx, "collect")
-    elif unit.row_groups is not None:
-        # DataFusion pushes the plan's filter into the pyarrow scan: pruned by statistics
+    elif unit.row_groups is not None and is_remote(unit.path):
+        # the frame reads a remote file as a pyarrow dataset, its filter pushed into
+        # pyarrow's scan: so does the unit
+        ctx = scan_session(1, remote=remote)
         base = ctx.read_table(_row_groups(unit.source, unit.path, unit.row_groups))
+    elif unit.row_groups is not None:
+        # the frame reads a local file with DataFusion's Parquet scan: row groups pruned
+        # by statistics, then the filter in DataFusion
+        ctx = _row_group_session(remote)
+        groups = _row_groups(unit.source, unit.path, unit.row_groups, unit.steps, remote)
+        base = ctx.read_table(groups)
     else:
+        ctx = scan_session(1, remote=remote)
         base = read_file(ctx, unit.source, unit.path)
     return compile_steps(base, list(unit.steps), ctx, "collect")
 
