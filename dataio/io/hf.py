@@ -377,19 +377,14 @@ def download(location: Location, *, check: Callable[[int], None] | None = None) 
         >>> download(parse("hf://gpt2/config.json"))  # doctest: +SKIP
         '/home/me/.cache/huggingface/hub/models--gpt2/snapshots/607a.../config.json'
     """
-    if offline():
+    target = _hub_target(location)
+    if target is None:
         return None
-    from dataio.io.config import credentials_for, endpoint_for, transport_for
+    found, filename, base = target
+    from dataio.io.config import credentials_for, transport_for
 
-    base = endpoint(endpoint_for("hf"))
-    if not _huggingface_hub(base):
-        return None
-    found = resolve(location)
-    filename = found.path(location.key)
-    if not filename or filename.endswith("/"):
-        return None  # a folder: the read that follows says so
     if check is not None:
-        held = cached_file(location)
+        held = _cached(found, filename, base)
         if held is not None:  # else the Hub did not say: hf_hub_download tells why
             check(held[1])
             if held[0] is not None:
@@ -427,9 +422,18 @@ def cached_file(location: Location) -> tuple[str | None, int] | None:
     ``None`` where the Hub did not say or :func:`download` would not use its cache.
     Ranged reads of a file other libraries downloaded then read it from disk instead
     of the network, and of any other, need no second HEAD for the size."""
+    target = _hub_target(location)
+    return None if target is None else _cached(*target)
+
+
+def _hub_target(location: Location) -> tuple[Any, str, str] | None:
+    """``(resolved repository, file name, endpoint)`` of ``location`` where its reads go
+    through ``huggingface_hub``; ``None`` offline (the cache store serves every read),
+    without ``huggingface_hub`` for this endpoint, or for a folder (the read that
+    follows says so)."""
     if offline():
-        return None  # the cache store serves every read already
-    from dataio.io.config import credentials_for, endpoint_for, transport_for
+        return None
+    from dataio.io.config import endpoint_for
 
     base = endpoint(endpoint_for("hf"))
     if not _huggingface_hub(base):
@@ -438,7 +442,14 @@ def cached_file(location: Location) -> tuple[str | None, int] | None:
     filename = found.path(location.key)
     if not filename or filename.endswith("/"):
         return None
+    return found, filename, base
+
+
+def _cached(found: Any, filename: str, base: str) -> tuple[str | None, int] | None:
+    """:func:`cached_file` of a resolved target."""
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+    from dataio.io.config import credentials_for, transport_for
 
     url = hf_hub_url(
         found.repo_id, filename, repo_type=found.kind[:-1], revision=found.revision, endpoint=base
