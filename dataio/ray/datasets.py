@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from dataio.exceptions import PlanError
@@ -61,14 +61,17 @@ def _shares(units: list[Any], parallelism: int) -> list[list[Any]]:
     return shares
 
 
-def _datasource(units: list[Any], schema: Any) -> Any:
+def _ordered_datasource(
+    units: list[Any], schema: Any, name: str, task: Callable[[list[Any]], Callable[[], Any]]
+) -> Any:
+    """A Ray datasource whose read tasks cover contiguous runs of ``units`` (each with
+    ``rows`` and ``path``), in order; ``task(run)`` is a run's read function."""
     ray = _ray()
     from ray.data.block import BlockMetadata
     from ray.data.datasource import Datasource, ReadTask
 
-    class FrameDatasource(Datasource):
-        """Read tasks over contiguous runs of a frame's units (files, runs of a Parquet
-        file's row groups), in order."""
+    class OrderedDatasource(Datasource):
+        """Read tasks over contiguous runs of units, in order."""
 
         def estimate_inmemory_data_size(self) -> int | None:
             return None
@@ -78,26 +81,32 @@ def _datasource(units: list[Any], schema: Any) -> Any:
         ) -> list[Any]:
             out = []
             for share in _shares(units, parallelism):
-                rows = sum(u.rows for u in share)
                 files = tuple(dict.fromkeys(u.path for u in share if u.path is not None))
                 meta = BlockMetadata(
-                    num_rows=rows, size_bytes=None, exec_stats=None, input_files=files
+                    num_rows=sum(u.rows for u in share),
+                    size_bytes=None,
+                    exec_stats=None,
+                    input_files=files,
                 )
                 out.append(
                     ReadTask(
-                        functools.partial(_read, share),
-                        meta,
-                        schema=schema,
-                        per_task_row_limit=per_task_row_limit,
+                        task(share), meta, schema=schema, per_task_row_limit=per_task_row_limit
                     )
                 )
             return out
 
         def get_name(self) -> str:
-            return "dataio_frame"
+            return name
 
     del ray
-    return FrameDatasource()
+    return OrderedDatasource()
+
+
+def _datasource(units: list[Any], schema: Any) -> Any:
+    """The datasource of a frame's units (files, runs of a Parquet file's row groups)."""
+    return _ordered_datasource(
+        units, schema, "dataio_frame", lambda run: functools.partial(_read, run)
+    )
 
 
 def from_frame(frame: LazyFrame, *, parallelism: int = -1) -> Any:
@@ -329,9 +338,6 @@ def _from_shards(src: Any, blocks: int | None) -> Any:
     import pyarrow as pa
 
     ray = _ray()
-    from ray.data.block import BlockMetadata
-    from ray.data.datasource import Datasource, ReadTask
-
     paths: list[str] = list(src.paths)
     counts, index = _shard_counts(src)
     if counts is None:  # counted where the shards are read: on the cluster, in parallel
@@ -345,38 +351,12 @@ def _from_shards(src: Any, blocks: int | None) -> Any:
     firsts = list(itertools.accumulate([0, *counts]))
     units = [_Shard(p, f, n) for p, f, n in zip(paths, firsts[:-1], counts, strict=True)]
 
-    class ShardDatasource(Datasource):
-        """Read tasks over contiguous runs of WebDataset shards, in order."""
+    def task(run: list[_Shard]) -> Callable[[], Any]:
+        plan = [(u.path, u.first, u.rows) for u in run]
+        return functools.partial(_read_shards, plan, columns, index)
 
-        def estimate_inmemory_data_size(self) -> int | None:
-            return None
-
-        def get_read_tasks(
-            self, parallelism: int, per_task_row_limit: int | None = None, data_context: Any = None
-        ) -> list[Any]:
-            out = []
-            for share in _shares(units, parallelism):
-                meta = BlockMetadata(
-                    num_rows=sum(u.rows for u in share),
-                    size_bytes=None,
-                    exec_stats=None,
-                    input_files=tuple(u.path for u in share),
-                )
-                plan = [(u.path, u.first, u.rows) for u in share]
-                out.append(
-                    ReadTask(
-                        functools.partial(_read_shards, plan, columns, index),
-                        meta,
-                        schema=schema,
-                        per_task_row_limit=per_task_row_limit,
-                    )
-                )
-            return out
-
-        def get_name(self) -> str:
-            return "dataio_webdataset"
-
-    ds = ray.data.read_datasource(ShardDatasource(), override_num_blocks=blocks or len(units))
+    source = _ordered_datasource(units, schema, "dataio_webdataset", task)
+    ds = ray.data.read_datasource(source, override_num_blocks=blocks or len(units))
     ds.context.execution_options.preserve_order = True
     return ds
 
