@@ -14,6 +14,7 @@ import ast
 import json
 import math
 import struct
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,12 @@ import numpy as np
 
 from dataio import limits
 from dataio.exceptions import FieldError, FormatError
+
+#: CPython 3.11's AST constructor is not thread-safe: ``ast.literal_eval`` on two pool
+#: threads at once failed now and then with "SystemError: AST constructor recursion depth
+#: mismatch" (a valid NPY header, seen under the whole test suite). NPY headers (and
+#: NumPy's comma-string dtypes, parsed the same way) are evaluated one at a time.
+_AST_LOCK = threading.Lock()
 
 __all__ = [
     "MAX_NPY_HEADER",
@@ -211,7 +218,9 @@ def parse_npy_header(
         )
     encoding = "latin1" if major < 3 else "utf8"
     try:
-        fields = ast.literal_eval(bytes(view[start : start + length]).decode(encoding))
+        text = bytes(view[start : start + length]).decode(encoding)
+        with _AST_LOCK:
+            fields = ast.literal_eval(text)
     except (
         ValueError,  # also integers over Python's 4,300-digit limit
         TypeError,  # an unhashable dict key: {[]: 1}
@@ -282,7 +291,8 @@ def _check_npy_fields(fields: Any, source: str) -> tuple[np.dtype, tuple[int, ..
     if not isinstance(fortran, bool):
         raise FormatError(f"{source}: NPY fortran_order must be a bool, got {fortran!r}")
     try:
-        dtype = np.lib.format.descr_to_dtype(fields["descr"])
+        with _AST_LOCK:
+            dtype = np.lib.format.descr_to_dtype(fields["descr"])
     except (
         TypeError,
         ValueError,
